@@ -1,0 +1,222 @@
+"""pFedGM math: the Gaussian classifier, its objectives, prototypes and the Phase 2 head.
+
+Depends on torch only, so any backbone producing a representation z can use it.
+
+Notation (paper, Sec. Method): K classes, z in R^d. The navigator psi = {mu_k, b_k} and the
+diagonal covariance nu = {A_k} (A_k = S_k^-1, kept positive) define
+
+    rho_k(z) = exp(-1/2 (z - mu_k)^T A_k (z - mu_k) + b_k),   P_k = rho_k / sum_i rho_i,
+    H(phi, psi, nu) = -log P_y.
+
+Phase 1 trains phi and psi on H with A = I (Eq. LossH) plus lambda * R_c (Eq. LossR), while nu
+is co-updated on H with phi and psi held fixed (Eq. cov_approx). Phase 2 freezes phi and fits
+`PersonalizedHead` (Eq. LossC / ctest), then refines its biases with L-BFGS.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+POSITIVE_FLOOR = 1e-4  # smallest diagonal precision kept by projection after each step
+
+
+def gaussian_logits(
+    z: torch.Tensor, mu: torch.Tensor, b: torch.Tensor, A: torch.Tensor | None = None
+) -> torch.Tensor:
+    """log rho_k(z) = -1/2 (z - mu_k)^T diag(A_k) (z - mu_k) + b_k, shape (n, K).
+
+    A is (K, d), (d,) shared by all classes, or None for the identity (Eq. LossH). Expanded
+    into matmuls so the cost is that of a linear layer, not an (n, K, d) tensor.
+    """
+    if A is None:
+        quad = (z * z).sum(1, keepdim=True) - 2 * z @ mu.T + (mu * mu).sum(1)
+    else:
+        A = A.expand_as(mu)
+        quad = (z * z) @ A.T - 2 * z @ (A * mu).T + (A * mu * mu).sum(1)
+    return -0.5 * quad + b
+
+
+class GaussianHead(nn.Module):
+    """Navigator psi = {mu (K, d), b (K)} and covariance nu = {A (K, d), diagonal precision}.
+
+    `forward` gives the navigator's logits (A = I), the classifier Phase 1 trains and that
+    FedAvg-style evaluation of the global model uses; `covariance_logits` uses nu.
+    """
+
+    def __init__(self, num_classes: int, dim: int) -> None:
+        super().__init__()
+        # Algorithm 1: psi^0 random Gaussian, nu^0 = identity.
+        self.mu = nn.Parameter(torch.randn(num_classes, dim) / math.sqrt(dim))
+        self.b = nn.Parameter(torch.zeros(num_classes))
+        self.A = nn.Parameter(torch.ones(num_classes, dim))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return gaussian_logits(z, self.mu, self.b)
+
+    def covariance_logits(self, z: torch.Tensor) -> torch.Tensor:
+        return gaussian_logits(z, self.mu, self.b, self.A)
+
+    @torch.no_grad()
+    def project_(self) -> None:
+        """Keep the diagonal precision positive (projected gradient step)."""
+        self.A.clamp_(min=POSITIVE_FLOOR)
+
+
+def shared_objective(z: torch.Tensor, y: torch.Tensor, head: GaussianHead) -> torch.Tensor:
+    """Eq. (LossH): H(phi, psi, E), the negative log posterior with identity covariance."""
+    return F.cross_entropy(head(z), y)
+
+
+def covariance_objective(z: torch.Tensor, y: torch.Tensor, head: GaussianHead) -> torch.Tensor:
+    """Eq. (cov_approx): H(phi, psi, nu) minimized w.r.t. nu alone (z, mu, b detached)."""
+    logits = gaussian_logits(z.detach(), head.mu.detach(), head.b.detach(), head.A)
+    return F.cross_entropy(logits, y)
+
+
+def personalized_objective(
+    z: torch.Tensor, y: torch.Tensor, prototypes: torch.Tensor
+) -> torch.Tensor:
+    """Eq. (LossR): R_c = 1/d E[||z - E[z | y, c]||^2 | c], with the prototypes upsilon in place of
+    E[z | y, c] and held constant: Theorem 1 shows this gives the gradient of R_c.
+    """
+    return (z - prototypes.detach()[y]).pow(2).sum(1).mean() / z.shape[1]
+
+
+@torch.no_grad()
+def class_means(
+    z: torch.Tensor, y: torch.Tensor, num_classes: int, fallback: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-class means of z (K, d) and counts (K,); classes with no sample take `fallback`."""
+    counts = torch.bincount(y, minlength=num_classes).to(z.dtype)
+    sums = torch.zeros(num_classes, z.shape[1], dtype=z.dtype, device=z.device)
+    sums.index_add_(0, y, z)
+    means = torch.where(counts[:, None] > 0, sums / counts.clamp(min=1)[:, None], fallback)
+    return means, counts
+
+
+@torch.no_grad()
+def update_prototypes_(
+    prototypes: torch.Tensor, z: torch.Tensor, y: torch.Tensor, class_counts: torch.Tensor
+) -> None:
+    """Algorithm 1, "update upsilon using D_i^{r,j,s} with a stepsize", in place.
+
+    Step size for class k: eta_k = n_k(batch) / N_k(client), i.e. an exponential moving average
+    whose memory is about one local epoch. Why this choice: upsilon must track E[z | y=k, c] while
+    phi moves; over one epoch every sample of class k enters once, so the estimate is refreshed
+    at the rate the data are revisited, and a class with few samples is not dominated by a
+    single batch. A class absent from the batch keeps its prototype.
+    """
+    batch_means, batch_counts = class_means(z.detach(), y, prototypes.shape[0], prototypes)
+    eta = (batch_counts / class_counts.clamp(min=1)).clamp(max=1.0)[:, None]
+    prototypes.mul_(1 - eta).add_(eta * batch_means)
+
+
+class PersonalizedHead(nn.Module):
+    """Phase 2 classifier, Eq. (LossC) / (ctest): logits_i = xi_i + zeta_i + beta_i with
+
+        xi_i   = -1/2 (z - mu*_i - mu_i)^T A_g A*_i (z - mu*_i - mu_i)     (global knowledge)
+        zeta_i = -lambda/d (z - upsilon*_i)^T A_c (z - upsilon*_i)          (local knowledge)
+        beta_i = b*_i + b_i
+
+    Trainable: psi offsets {mu_i, b_i} (init 0) and A_g, A_c (diagonal, shared by all classes as
+    the paper's notation has no class index, init identity, kept positive). mu*, b*, A* come from
+    Phase 1, upsilon* from the client's features.
+    """
+
+    def __init__(
+        self,
+        mu_star: torch.Tensor,
+        b_star: torch.Tensor,
+        A_star: torch.Tensor,
+        upsilon: torch.Tensor,
+        lam: float,
+    ) -> None:
+        super().__init__()
+        num_classes, dim = mu_star.shape
+        for name, t in (("mu_star", mu_star), ("b_star", b_star), ("A_star", A_star)):
+            self.register_buffer(name, t.detach().clone())
+        self.register_buffer("upsilon", upsilon.detach().clone())
+        self.lam = lam
+        self.mu = nn.Parameter(torch.zeros(num_classes, dim, device=mu_star.device))
+        self.b = nn.Parameter(torch.zeros(num_classes, device=mu_star.device))
+        self.a_g = nn.Parameter(torch.ones(dim, device=mu_star.device))
+        self.a_c = nn.Parameter(torch.ones(dim, device=mu_star.device))
+
+    @property
+    def local_precision(self) -> torch.Tensor:
+        """zeta as a Gaussian term: -lambda/d q^T A_c q = -1/2 q^T (2 lambda / d) A_c q."""
+        return (2 * self.lam / self.mu.shape[1]) * self.a_c
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        xi = gaussian_logits(z, self.mu_star + self.mu, 0.0, self.a_g * self.A_star)
+        zeta = gaussian_logits(z, self.upsilon, 0.0, self.local_precision)
+        return xi + zeta + self.b_star + self.b
+
+    @torch.no_grad()
+    def project_(self) -> None:
+        self.a_g.clamp_(min=POSITIVE_FLOOR)
+        self.a_c.clamp_(min=POSITIVE_FLOOR)
+
+    @torch.no_grad()
+    def gaussian_form(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(S_hat, mu_hat, b_hat), each per class, with logits = log rho(z; mu_hat, S_hat^-1, b_hat)
+        exactly (the product of the two Gaussian terms, paper's "updated covariance, mean, bias"):
+
+            S_hat_i  = (A_g A*_i + 2 lambda/d A_c)^-1
+            mu_hat_i = S_hat_i (A_g A*_i (mu*_i + mu_i) + 2 lambda/d A_c upsilon*_i)
+            b_hat_i  = b*_i + b_i - 1/2 [m_i^T A_g A*_i m_i + 2 lambda/d upsilon*_i^T A_c upsilon*_i
+                                         - mu_hat_i^T S_hat_i^-1 mu_hat_i],   m_i = mu*_i + mu_i.
+
+        The paper prints b_hat without the factor -1/2 in front of the bracket; completing the
+        square gives it, and the tests check this form against the logits.
+        """
+        m = self.mu_star + self.mu
+        p_g = self.a_g * self.A_star
+        p_c = self.local_precision.expand_as(p_g)
+        precision = p_g + p_c
+        mu_hat = (p_g * m + p_c * self.upsilon) / precision
+        bracket = (p_g * m * m).sum(1) + (p_c * self.upsilon**2).sum(1)
+        bracket = bracket - (precision * mu_hat**2).sum(1)
+        return 1 / precision, mu_hat, self.b_star + self.b - 0.5 * bracket
+
+
+def fine_tune_(
+    head: PersonalizedHead,
+    z: torch.Tensor,
+    y: torch.Tensor,
+    run_epochs: Callable[..., dict],
+    epochs: int,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
+) -> dict:
+    """Phase 2 step 1: SGD on Eq. (LossC) over psi offsets, A_g and A_c, phi frozen."""
+    opt = torch.optim.SGD(head.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    return run_epochs(
+        lambda zb, yb: F.cross_entropy(head(zb), yb), z, y, opt, epochs, after_step=head.project_
+    )
+
+
+def refine_biases_(
+    head: PersonalizedHead, z: torch.Tensor, y: torch.Tensor, lr: float, max_iter: int, cycles: int
+) -> float:
+    """Phase 2 step 2, the granular adaptation: L-BFGS on the biases b alone, Eq. (LossC) over all
+    of the client's features, `cycles` calls of `max_iter` inner iterations. Returns the loss.
+    """
+    opt = torch.optim.LBFGS([head.b], lr=lr, max_iter=max_iter)
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.cross_entropy(head(z), y)
+        loss.backward()
+        return loss
+
+    for _ in range(cycles):
+        opt.step(closure)
+    with torch.no_grad():
+        return float(F.cross_entropy(head(z), y))

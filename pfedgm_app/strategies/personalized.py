@@ -1,0 +1,159 @@
+"""FedAvg for personalized FL: local keys, dropped non-finite updates, a personalize round.
+
+Import-light (flwr + numpy only): any Flower project can use it with its own models and data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from logging import INFO, WARNING
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
+
+RoundHook = Callable[[int, ArrayRecord, MetricRecord | None], None]
+
+
+@dataclass
+class PersonalizationResult:
+    """Outcome of the personalize round: one row per client plus the paper's metric.
+
+    `mean_accuracy` is the mean of per-client test accuracies weighted by their test-set sizes
+    (as pFedFDA reports), `std_accuracy` the standard deviation across clients (unweighted),
+    both in percent. `means` holds the same weighted mean for every other `acc*` metric.
+    """
+
+    clients: list[dict[str, float]]
+    mean_accuracy: float
+    std_accuracy: float
+    unweighted_mean_accuracy: float
+    means: dict[str, float] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+
+class PersonalizedFedAvg(FedAvg):
+    """FedAvg with what personalized methods need from the server.
+
+    - Keys a client keeps local (absent from its reply) keep their current global value
+      instead of vanishing from the global model; a client may send an empty ArrayRecord.
+    - A reply with NaN/Inf arrays, or rejected by `reject_reason`, is dropped from the aggregate
+      with a warning; the round goes on (with the previous arrays if nothing is left).
+    - `personalize(grid, arrays, config)` sends `personalize_message_type` to every node and
+      aggregates the returned accuracies (`PersonalizationResult`).
+    - `on_round(server_round, arrays, metrics)` is called after each aggregation (e.g. to write
+      per-round metrics to disk as the run goes).
+
+    All keyword arguments of `flwr.serverapp.strategy.FedAvg` are accepted.
+    """
+
+    def __init__(
+        self,
+        *,
+        personalize_message_type: str = "train.personalize",
+        accuracy_key: str = "accuracy",
+        test_size_key: str = "num-test",
+        on_round: RoundHook | None = None,
+        **fedavg_kwargs,
+    ) -> None:
+        super().__init__(**fedavg_kwargs)
+        self.personalize_message_type = personalize_message_type
+        self.accuracy_key = accuracy_key
+        self.test_size_key = test_size_key
+        self.on_round = on_round
+        self._current: ArrayRecord | None = None
+
+    # -- training rounds ----------------------------------------------------------------------
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        self._current = arrays
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def reject_reason(self, content: RecordDict) -> str | None:
+        """Why a train reply must not enter the aggregate, or None. Override to add checks."""
+        for record in content.array_records.values():
+            for key, array in record.items():
+                if not np.isfinite(array.numpy()).all():
+                    return f"non-finite values in '{key}'"
+        return None
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        kept = []
+        for msg in replies:
+            reason = None if msg.has_error() else self.reject_reason(msg.content)
+            if reason:
+                log(WARNING, "Dropping update of node %d: %s", msg.metadata.src_node_id, reason)
+            else:
+                kept.append(msg)
+        arrays, metrics = super().aggregate_train(server_round, kept)
+        arrays = merge_arrays(self._current, arrays)
+        if self.on_round is not None and arrays is not None:
+            self.on_round(server_round, arrays, metrics)
+        return arrays, metrics
+
+    # -- the personalize round ----------------------------------------------------------------
+    def personalize(
+        self, grid: Grid, arrays: ArrayRecord, config: ConfigRecord, timeout: float = 3600
+    ) -> PersonalizationResult:
+        """Send the final arrays to every connected node, each personalizes and evaluates."""
+        nodes = sorted(grid.get_node_ids())
+        log(
+            INFO,
+            "personalize: sending '%s' to all %d nodes",
+            self.personalize_message_type,
+            len(nodes),
+        )
+        content = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
+        messages = [
+            Message(content=content, message_type=self.personalize_message_type, dst_node_id=n)
+            for n in nodes
+        ]
+        rows, failures = [], []
+        for reply in grid.send_and_receive(messages, timeout=timeout):
+            node = reply.metadata.src_node_id
+            if reply.has_error():
+                failures.append(f"node {node}: {reply.error.reason}")
+                continue
+            metrics = dict(next(iter(reply.content.metric_records.values())))
+            rows.append({"node-id": node, **metrics})
+        for failure in failures:
+            log(WARNING, "personalize failed on %s", failure)
+        missing = len(nodes) - len(rows) - len(failures)
+        if missing:
+            failures.append(f"{missing} node(s) did not answer within {timeout}s")
+        return summarize(rows, self.accuracy_key, self.test_size_key, failures)
+
+
+def merge_arrays(current: ArrayRecord | None, update: ArrayRecord | None) -> ArrayRecord | None:
+    """`update` with every key it lacks taken from `current` (keys kept local stay as they were)."""
+    if current is None:
+        return update
+    if update is None:
+        return None  # nothing aggregated: FedAvg.start keeps the current arrays
+    merged = {k: update[k] if k in update else v for k, v in current.items()}
+    merged.update({k: v for k, v in update.items() if k not in merged})
+    return ArrayRecord({k: Array(v.numpy()) for k, v in merged.items()})
+
+
+def summarize(
+    rows: list[dict[str, float]], accuracy_key: str, weight_key: str, failures: list[str]
+) -> PersonalizationResult:
+    """Weighted mean (by test size) and std across clients, in percent, of every `acc*` key."""
+    if not rows:
+        raise RuntimeError(f"personalize round: no client answered ({failures})")
+    weights = np.array([r[weight_key] for r in rows], dtype=float)
+
+    def stats(key: str) -> tuple[float, float, float]:
+        acc = 100 * np.array([r[key] for r in rows], dtype=float)
+        return float(np.average(acc, weights=weights)), float(acc.std()), float(acc.mean())
+
+    mean, std, unweighted = stats(accuracy_key)
+    others = sorted({k for r in rows for k in r if k.startswith("acc") and k != accuracy_key})
+    means = {k: stats(k)[0] for k in others if all(k in r for r in rows)}
+    return PersonalizationResult(rows, mean, std, unweighted, means, failures)

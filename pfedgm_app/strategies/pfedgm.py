@@ -1,0 +1,75 @@
+"""Server side of pFedGM (Algorithm 1): weighted averaging of the generator phi, the navigator
+psi = {mu_k, b_k} and the diagonal covariance nu = {A_k}, then the personalize round.
+
+Usable by any Flower project with its own torch backbone. Requirements on the ArrayRecord:
+the navigator and covariance arrays are named by `navigator_keys` / `covariance_keys`
+(default: `head.mu`, `head.b`, `head.A`, the names of `pfedgm_app.gaussian.GaussianHead`
+mounted as `model.head`); every other array is the generator. The ClientApp trains with the
+losses of `pfedgm_app.gaussian` and answers `train` and `train.personalize` messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
+
+from .personalized import PersonalizedFedAvg
+
+
+class PFedGM(PersonalizedFedAvg):
+    """pFedGM: FedAvg over (phi, psi, nu) weighted by `num-examples`, with nu kept positive.
+
+    Parameters
+    ----------
+    navigator_keys, covariance_keys : names of psi's and nu's arrays in the ArrayRecord.
+    **kwargs : any argument of `PersonalizedFedAvg` / `flwr.serverapp.strategy.FedAvg`
+        (`fraction_train` is the paper's participation rate q).
+    """
+
+    def __init__(
+        self,
+        *,
+        navigator_keys: Sequence[str] = ("head.mu", "head.b"),
+        covariance_keys: Sequence[str] = ("head.A",),
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.navigator_keys = tuple(navigator_keys)
+        self.covariance_keys = tuple(covariance_keys)
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        missing = [k for k in self.navigator_keys + self.covariance_keys if k not in initial_arrays]
+        if missing:
+            raise ValueError(
+                f"initial arrays lack the pFedGM head keys {missing}; name them with "
+                f"navigator_keys= / covariance_keys= (found: {sorted(initial_arrays)})"
+            )
+        for key in self.covariance_keys:
+            if not (initial_arrays[key].numpy() > 0).all():
+                raise ValueError(f"covariance '{key}' must start positive (nu^0 = identity)")
+        return super().start(
+            grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn
+        )
+
+    def reject_reason(self, content: RecordDict) -> str | None:
+        reason = super().reject_reason(content)
+        if reason:
+            return reason
+        for record in content.array_records.values():
+            for key in self.covariance_keys:
+                if key in record and not (np.asarray(record[key].numpy()) > 0).all():
+                    return f"covariance '{key}' has non-positive entries"
+        return None

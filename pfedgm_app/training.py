@@ -1,0 +1,90 @@
+"""The one local training loop every method uses, plus device, threads and evaluation helpers.
+
+Data are in-memory tensors (decoded once by `data.py`); batches are index slices of a seeded
+permutation, so there is no DataLoader, no worker process and no per-batch decoding.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """'auto' takes CUDA when present, else the CPU; 'cpu' / 'cuda[:N]' as given."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device={name!r} but CUDA is not available here; use 'auto' or 'cpu'")
+    return torch.device(name)
+
+
+def set_threads(requested: int = 0) -> int:
+    """Give this process its share of the cores: `requested`, else OMP_NUM_THREADS (Ray sets it
+    to an actor's CPUs), else all cores. Two processes with all cores each run ~40x slower.
+    """
+    n = requested or int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count() or 1
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
+
+
+def make_sgd(params, lr: float, momentum: float, weight_decay: float) -> torch.optim.SGD:
+    """SGD as in the paper (lr 0.01, momentum 0.5, weight decay 5e-4 by default)."""
+    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+
+
+def run_epochs(
+    step: Step,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    epochs: int,
+    batch_size: int = 50,
+    generator: torch.Generator | None = None,
+    after_step: Callable[[], None] | None = None,
+) -> dict[str, float]:
+    """`epochs` passes of mini-batch optimization of `step(xb, yb) -> loss` over (x, y).
+
+    Returns the mean loss and the number of sample-passes. `after_step` runs after each
+    optimizer step (projections, running statistics).
+    """
+    n = len(x)
+    total, passes = 0.0, 0
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=generator).to(x.device)
+        for start in range(0, n, batch_size):
+            idx = order[start : start + batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            loss = step(x[idx], y[idx])
+            loss.backward()
+            optimizer.step()
+            if after_step is not None:
+                after_step()
+            total += loss.item() * len(idx)
+            passes += len(idx)
+    return {"loss": total / max(passes, 1), "sample-passes": float(passes)}
+
+
+def supervised_step(model: nn.Module) -> Step:
+    """Cross-entropy on the model's logits: the step of FedAvg, FedAvgFT and Local."""
+    return lambda xb, yb: nn.functional.cross_entropy(model(xb), yb)
+
+
+@torch.no_grad()
+def apply_batched(fn: Callable, x: torch.Tensor, batch_size: int = 1000) -> torch.Tensor:
+    """fn over x in chunks (inference only)."""
+    return torch.cat([fn(x[i : i + batch_size]) for i in range(0, len(x), batch_size)])
+
+
+@torch.no_grad()
+def accuracy(fn: Callable, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Fraction of samples whose argmax of fn(x) equals y."""
+    if len(x) == 0:
+        return float("nan")
+    return (apply_batched(fn, x).argmax(1) == y).float().mean().item()
