@@ -68,7 +68,7 @@ def query(msg: Message, context: Context) -> Message:
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """One local round of the configured method; sends only what the method shares."""
-    pid, cfg, run = _client(msg, context, "train")
+    _, cfg, run = _client(msg, context, "train")
     method, model = _model(msg, cfg, run)
     model.train()
     metrics = method.train(model, run)
@@ -76,7 +76,7 @@ def train(msg: Message, context: Context) -> Message:
     reply = RecordDict(
         {
             "arrays": method.outgoing(model.cpu()),
-            "metrics": MetricRecord({**metrics, **_counts(run), "partition-id": pid}),
+            "metrics": MetricRecord({**metrics, "num-examples": len(run.data.y_train)}),
         }
     )
     return Message(reply, reply_to=msg)

@@ -142,10 +142,11 @@ class PersonalizedHead(nn.Module):
             self.register_buffer(name, t.detach().clone())
         self.register_buffer("upsilon", upsilon.detach().clone())
         self.lam = lam
-        self.mu = nn.Parameter(torch.zeros(num_classes, dim, device=mu_star.device))
-        self.b = nn.Parameter(torch.zeros(num_classes, device=mu_star.device))
-        self.a_g = nn.Parameter(torch.ones(dim, device=mu_star.device))
-        self.a_c = nn.Parameter(torch.ones(dim, device=mu_star.device))
+        like = {"device": mu_star.device, "dtype": mu_star.dtype}
+        self.mu = nn.Parameter(torch.zeros(num_classes, dim, **like))
+        self.b = nn.Parameter(torch.zeros(num_classes, **like))
+        self.a_g = nn.Parameter(torch.ones(dim, **like))
+        self.a_c = nn.Parameter(torch.ones(dim, **like))
 
     @property
     def local_precision(self) -> torch.Tensor:

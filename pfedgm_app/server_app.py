@@ -57,6 +57,7 @@ def main(grid: Grid, context: Context) -> None:
     initial = ArrayRecord(model.state_dict())
     strategy = build_strategy(cfg, num_clients, writer)
     settings = cfg.to_run_config()
+    rounds_started = time.time()
     result = strategy.start(
         grid=grid,
         initial_arrays=initial,
@@ -88,7 +89,7 @@ def main(grid: Grid, context: Context) -> None:
         "failures": outcome.failures,
         "seconds_total": finished - started,
         "seconds_training": trained - started,
-        "seconds_per_round": (trained - started) / cfg.num_server_rounds,
+        "seconds_per_round": (trained - rounds_started) / cfg.num_server_rounds,
         "seconds_personalize": finished - trained,
         "output_dir": str(writer.run_dir),
     }

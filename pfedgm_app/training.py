@@ -7,6 +7,7 @@ permutation, so there is no DataLoader, no worker process and no per-batch decod
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 
 import torch
@@ -25,13 +26,25 @@ def pick_device(name: str = "auto") -> torch.device:
 
 
 def set_threads(requested: int = 0) -> int:
-    """Give this process its share of the cores: `requested`, else OMP_NUM_THREADS (Ray sets it
-    to an actor's CPUs), else all cores. Two processes with all cores each run ~40x slower.
+    """Give this process its share of the cores: `requested`, else the CPUs Ray assigned to this
+    actor (simulation), else OMP_NUM_THREADS, else all cores. Two processes that each use all
+    cores run ~40x slower on a small machine.
     """
-    n = requested or int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count() or 1
+    n = requested or _ray_cpus() or int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count()
+    n = max(1, int(n or 1))
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     return n
+
+
+def _ray_cpus() -> int:
+    if "ray" not in sys.modules:  # not inside a Ray worker: do not start one
+        return 0
+    import ray
+
+    if not ray.is_initialized():
+        return 0
+    return int(ray.get_runtime_context().get_assigned_resources().get("CPU", 0))
 
 
 def make_sgd(params, lr: float, momentum: float, weight_decay: float) -> torch.optim.SGD:

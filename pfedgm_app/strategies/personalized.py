@@ -93,6 +93,12 @@ class PersonalizedFedAvg(FedAvg):
                 kept.append(msg)
         arrays, metrics = super().aggregate_train(server_round, kept)
         arrays = merge_arrays(self._current, arrays)
+        if metrics is not None:  # totals next to FedAvg's weighted means: cost accounting
+            metrics["num-clients"] = len(kept)
+            metrics[self.weighted_by_key + "-total"] = sum(
+                float(next(iter(m.content.metric_records.values()))[self.weighted_by_key])
+                for m in kept
+            )
         if self.on_round is not None and arrays is not None:
             self.on_round(server_round, arrays, metrics)
         return arrays, metrics

@@ -1,0 +1,89 @@
+"""Bad input gets one clear error before any work starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from pfedgm_app.config import METHODS, ConfigError, RunConfig
+from pfedgm_app.data import load_pool, resolve_dataset
+from pfedgm_app.methods import METHODS as PLUGINS
+
+
+def test_defaults_are_the_papers():
+    """Defaults: SGD lr 0.01, momentum 0.5, wd 5e-4, batch 50, 5 epochs, lambda 1, q 0.3, ..."""
+    c = RunConfig()
+    assert (c.learning_rate, c.momentum, c.weight_decay, c.batch_size) == (0.01, 0.5, 5e-4, 50)
+    assert (c.local_epochs, c.lambda_, c.fraction_train, c.method) == (5, 1.0, 0.3, "pfedgm")
+    assert (c.personal_epochs, c.personal_learning_rate) == (5, 0.05)
+    assert (c.lbfgs_learning_rate, c.lbfgs_max_iter, c.lbfgs_cycles) == (0.05, 10, 5)
+
+
+def test_pyproject_defaults_match_the_dataclass():
+    """Every [tool.flwr.app.config] key parses, and equals the dataclass default."""
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    keys = pyproject["tool"]["flwr"]["app"]["config"]
+    assert RunConfig.from_run_config(keys) == RunConfig()
+    assert set(keys) == set(RunConfig().to_run_config())
+
+
+def test_config_methods_match_the_plugins():
+    assert set(METHODS) == set(PLUGINS)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"method": "fedfoo"}, "unknown method"),
+        ({"dirichlet-alpha": 0.0}, "dirichlet-alpha must be > 0"),
+        ({"dirichlet-alpha": -1.0}, "dirichlet-alpha must be > 0"),
+        ({"fraction-train": 0.0}, "fraction-train (q) must lie in (0, 1]"),
+        ({"fraction-train": 1.5}, "fraction-train (q) must lie in (0, 1]"),
+        ({"num-server-rounds": 0}, "num-server-rounds must be >= 1"),
+        ({"local-epochs": 0}, "local-epochs must be >= 1"),
+        ({"learning-rate": 0.0}, "learning-rate must be > 0"),
+        ({"lambda": -1.0}, "lambda must be >= 0"),
+        ({"batch-size": 2.5}, "batch-size must be int"),
+        ({"device": "tpu"}, "device must be"),
+        ({"no-such-key": 1}, "unknown run-config key"),
+    ],
+)
+def test_bad_values_raise_clear_errors(override, message):
+    with pytest.raises(ConfigError, match=None) as err:
+        RunConfig.from_run_config(override)
+    assert message in str(err.value)
+
+
+def test_unknown_dataset_and_missing_path():
+    with pytest.raises(ConfigError, match="unknown dataset"):
+        resolve_dataset("someone/some-dataset")
+    with pytest.raises(ConfigError, match="does not exist"):
+        resolve_dataset("/nonexistent/cifar10")
+
+
+def test_unreachable_hub_says_how_to_use_a_local_copy(monkeypatch):
+    """With the hub unreachable (offline mode), the error names the local-path fix."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("datasets.config.HF_HUB_OFFLINE", True, raising=False)
+    with pytest.raises(ConfigError) as err:
+        load_pool("uoft-cs/cifar10")
+    assert "could not load hub dataset 'uoft-cs/cifar10'" in str(err.value)
+    assert "local path" in str(err.value)
+
+
+def test_wrong_image_shape_is_rejected(tmp_path):
+    """A folder of 16x16 images has no backbone: refused before training."""
+    import datasets
+    import numpy as np
+    from PIL import Image
+
+    images = [Image.fromarray(np.zeros((16, 16, 3), dtype=np.uint8)) for _ in range(4)]
+    features = datasets.Features(
+        {"img": datasets.Image(), "label": datasets.ClassLabel(names=["a", "b"])}
+    )
+    ds = datasets.Dataset.from_dict({"img": images, "label": [0, 1, 0, 1]}, features=features)
+    ds.to_parquet(str(tmp_path / "train.parquet"))
+    with pytest.raises(ConfigError, match="shape"):
+        load_pool(str(tmp_path))

@@ -1,0 +1,94 @@
+"""Partition invariants: disjoint, complete, seeded, minimum sizes, 80/20; decoded tensors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pfedgm_app.config import ConfigError
+from pfedgm_app.data import (
+    ResamplingDirichletPartitioner,
+    client_indices,
+    dirichlet_partition,
+    load_client_data,
+    min_partition_size,
+    split_train_test,
+)
+
+LABELS = np.repeat(np.arange(10), 600)  # 6000 samples, 10 balanced classes
+
+
+@pytest.mark.parametrize("alpha", [0.1, 0.5, 100.0])
+def test_dirichlet_partition_is_disjoint_complete_and_sized(alpha):
+    parts = dirichlet_partition(LABELS, 20, alpha, min_size=63, seed=1)
+    assert len(parts) == 20
+    joined = np.concatenate(parts)
+    assert len(joined) == len(LABELS) == len(np.unique(joined))  # disjoint and complete
+    assert min(len(p) for p in parts) >= 63
+
+
+def test_dirichlet_partition_is_seeded():
+    a = dirichlet_partition(LABELS, 20, 0.3, 63, seed=7)
+    b = dirichlet_partition(LABELS, 20, 0.3, 63, seed=7)
+    c = dirichlet_partition(LABELS, 20, 0.3, 63, seed=8)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
+
+
+def test_smaller_alpha_means_more_label_skew():
+    """Dir(0.1) clients hold fewer classes than Dir(100) clients (the heterogeneity knob)."""
+
+    def classes_per_client(alpha):
+        parts = dirichlet_partition(LABELS, 20, alpha, 63, seed=0)
+        return np.mean(
+            [np.sum(np.bincount(LABELS[p], minlength=10) > 0.05 * len(p)) for p in parts]
+        )
+
+    assert classes_per_client(0.1) < 4 < 9 < classes_per_client(100.0)
+
+
+def test_impossible_minimum_is_a_clear_error():
+    with pytest.raises(ConfigError, match="exceeds"):
+        dirichlet_partition(LABELS, 100, 0.5, min_size=61, seed=0)
+
+
+def test_partitioner_is_a_flwr_datasets_partitioner():
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"label": LABELS.tolist()})
+    p = ResamplingDirichletPartitioner(10, 0.5, min_size=63, seed=0)
+    p.dataset = ds
+    assert p.num_partitions == 10
+    assert len(p.load_partition(3)) == len(p.partition_indices()[3]) >= 63
+
+
+def test_train_test_split_is_80_20_disjoint_and_seeded():
+    idx = np.arange(1000, 1063)
+    train, test = split_train_test(idx, 0.2, seed=3)
+    assert len(test) == math.ceil(0.2 * 63) and len(train) == 50
+    assert set(train).isdisjoint(test) and set(train) | set(test) == set(idx)
+    again = split_train_test(idx, 0.2, seed=3)
+    assert np.array_equal(train, again[0])
+    assert min_partition_size(50, 0.2) == 63
+
+
+def test_cifar10_protocol_partition(cifar10):
+    """Pooled 60k CIFAR-10, Dir(0.1), 100 clients: every client >= 50 train samples, 80/20."""
+    clients = client_indices(str(cifar10), 100, 0.1, seed=0)
+    train_sizes = [len(tr) for tr, _ in clients]
+    everything = np.concatenate([np.concatenate(c) for c in clients])
+    assert len(everything) == 60_000 == len(np.unique(everything))
+    assert min(train_sizes) >= 50
+    for tr, te in clients:
+        assert len(te) == math.ceil(0.2 * (len(tr) + len(te)))
+
+
+def test_client_tensors_are_decoded_and_normalized(cifar10):
+    data = load_client_data(str(cifar10), 5, 100, 0.5, seed=0)
+    assert data.x_train.shape[1:] == (3, 32, 32) and data.x_train.dtype.is_floating_point
+    assert -1.0 <= data.x_train.min() < -0.5 and 0.5 < data.x_train.max() <= 1.0
+    assert data.num_classes == 10 and len(data.y_train) >= 50
+    # cached: the same tensors come back, no second decoding
+    assert load_client_data(str(cifar10), 5, 100, 0.5, seed=0) is data

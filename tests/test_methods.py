@@ -1,0 +1,96 @@
+"""Client-side invariants per method: what leaves the client, what stays, what trains."""
+
+from __future__ import annotations
+
+import torch
+from flwr.app import RecordDict
+
+from pfedgm_app.config import RunConfig
+from pfedgm_app.data import ClientData
+from pfedgm_app.methods import ClientRun, get_method
+
+SHAPE, K = (3, 32, 32), 4
+
+
+def _run(n=60, **cfg) -> ClientRun:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, *SHAPE, generator=g)
+    y = torch.arange(n) % K
+    x += y[:, None, None, None].float()  # class-dependent shift: learnable
+    data = ClientData(x, y, x[:20], y[:20], K)
+    config = RunConfig(local_epochs=1, personal_epochs=1, finetune_epochs=1, **cfg)
+    return ClientRun(config, data, RecordDict(), g, torch.device("cpu"))
+
+
+def _model(name):
+    torch.manual_seed(0)
+    return get_method(name).build_model(SHAPE, K)
+
+
+def test_fedavg_and_fedavgft_send_every_parameter():
+    for name in ("fedavg", "fedavgft"):
+        model = _model(name)
+        assert set(get_method(name).outgoing(model)) == set(model.state_dict())
+
+
+def test_pfedgm_sends_generator_navigator_and_covariance():
+    model = _model("pfedgm")
+    sent = set(get_method("pfedgm").outgoing(model))
+    assert {"head.mu", "head.b", "head.A"} <= sent
+    assert sent == set(model.state_dict())
+    assert model.head.mu.shape == (K, 128) and model.head.A.shape == (K, 128)
+
+
+def test_local_sends_nothing_and_keeps_its_model_in_state():
+    method, run = get_method("local"), _run()
+    model = _model("local")
+    method.train(model, run)
+    method.keep(model, run.state)
+    assert len(method.outgoing(model)) == 0
+    fresh = _model("local")  # what a new round's message would rebuild
+    method.restore(fresh, run.state)
+    for key, value in model.state_dict().items():
+        assert torch.equal(fresh.state_dict()[key], value)
+
+
+def test_pfedgm_round_trains_every_part_and_keeps_covariance_positive():
+    method, run = get_method("pfedgm"), _run()
+    model = _model("pfedgm")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    metrics = method.train(model, run)
+    after = model.state_dict()
+    assert metrics["sample-passes"] == 60
+    for key in ("head.mu", "head.b", "head.A", "generator.features.0.weight"):
+        assert not torch.equal(before[key], after[key]), key
+    assert (after["head.A"] > 0).all()
+
+
+def test_lambda_zero_removes_the_personalized_objective():
+    """R_c enters with weight lambda: lambda = 0 and lambda = 1 give different generators."""
+    results = []
+    for lam in (0.0, 1.0):
+        model = _model("pfedgm")
+        get_method("pfedgm").train(model, _run(lambda_=lam))
+        results.append(model.state_dict()["generator.features.0.weight"])
+    assert not torch.allclose(results[0], results[1])
+
+
+def test_pfedgm_personalize_reports_accuracy_and_ablation_points():
+    method, run = get_method("pfedgm"), _run()
+    model = _model("pfedgm")
+    method.train(model, run)
+    frozen = {k: v.clone() for k, v in model.state_dict().items()}
+    result = method.personalize(model, run)
+    assert {"accuracy", "acc-global", "acc-global-cov", "acc-finetune"} <= set(result)
+    assert all(0 <= v <= 1 for v in result.values())
+    # Phase 2 freezes the generator and the global head
+    assert all(torch.equal(frozen[k], v) for k, v in model.state_dict().items())
+
+
+def test_fedavgft_fine_tunes_before_evaluating():
+    method, run = get_method("fedavgft"), _run()
+    model = _model("fedavgft")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    result = method.personalize(model, run)
+    assert {"accuracy", "acc-global"} <= set(result)
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())

@@ -1,0 +1,97 @@
+"""Server-side behaviour: weighted averaging, local keys, dropped updates, the paper's metric."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from pfedgm_app.strategies import PersonalizedFedAvg, PFedGM, merge_arrays, summarize
+
+
+@pytest.fixture(autouse=True)
+def _task_identity():
+    """Messages can only be built inside a run; give this process an identity."""
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    yield
+    TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None
+
+
+def _arrays(**values) -> ArrayRecord:
+    return ArrayRecord({k: Array(np.asarray(v, dtype=np.float32)) for k, v in values.items()})
+
+
+def _reply(node: int, arrays: ArrayRecord, n: int) -> Message:
+    ins = Message(RecordDict(), dst_node_id=node, message_type="train")
+    content = RecordDict({"arrays": arrays, "metrics": MetricRecord({"num-examples": n})})
+    return Message(content, reply_to=ins)
+
+
+def _aggregate(strategy, current, replies):
+    strategy._current = current  # what configure_train records
+    return strategy.aggregate_train(1, replies)
+
+
+def test_pfedgm_averages_generator_navigator_and_covariance_by_num_examples():
+    current = _arrays(**{"w": [0, 0], "head.mu": [0, 0], "head.b": [0], "head.A": [1, 1]})
+    a = _arrays(**{"w": [1, 2], "head.mu": [1, 1], "head.b": [3], "head.A": [1, 2]})
+    b = _arrays(**{"w": [4, 8], "head.mu": [4, 4], "head.b": [0], "head.A": [4, 5]})
+    arrays, _ = _aggregate(PFedGM(), current, [_reply(1, a, 100), _reply(2, b, 300)])
+    expect = {"w": [3.25, 6.5], "head.mu": [3.25, 3.25], "head.b": [0.75], "head.A": [3.25, 4.25]}
+    for key, value in expect.items():
+        np.testing.assert_allclose(arrays[key].numpy(), value, rtol=1e-6)
+
+
+def test_non_finite_update_is_dropped_and_the_round_goes_on():
+    current = _arrays(w=[0.0, 0.0])
+    good, bad = _arrays(w=[2.0, 2.0]), _arrays(w=[np.nan, 1.0])
+    inf = _arrays(w=[np.inf, 1.0])
+    strategy = PersonalizedFedAvg()
+    arrays, _ = _aggregate(strategy, current, [_reply(1, good, 10), _reply(2, bad, 1000)])
+    np.testing.assert_allclose(arrays["w"].numpy(), [2.0, 2.0])
+    # nothing usable left: None, so FedAvg.start keeps the current arrays
+    arrays, _ = _aggregate(strategy, current, [_reply(2, bad, 10), _reply(3, inf, 10)])
+    assert arrays is None
+
+
+def test_pfedgm_drops_non_positive_covariance():
+    current = _arrays(**{"head.A": [1.0]})
+    ok, negative = _arrays(**{"head.A": [2.0]}), _arrays(**{"head.A": [-1.0]})
+    arrays, _ = _aggregate(PFedGM(), current, [_reply(1, ok, 1), _reply(2, negative, 1)])
+    np.testing.assert_allclose(arrays["head.A"].numpy(), [2.0])
+
+
+def test_keys_kept_local_keep_their_global_value():
+    current = _arrays(body=[1.0], head=[5.0])
+    arrays, _ = _aggregate(PersonalizedFedAvg(), current, [_reply(1, _arrays(body=[3.0]), 1)])
+    assert set(arrays) == {"body", "head"}
+    np.testing.assert_allclose(arrays["head"].numpy(), [5.0])
+    np.testing.assert_allclose(arrays["body"].numpy(), [3.0])
+    # Local: clients send nothing, the global arrays stay as they were
+    merged = merge_arrays(current, ArrayRecord())
+    assert {k: v.numpy().tolist() for k, v in merged.items()} == {"body": [1.0], "head": [5.0]}
+
+
+def test_pfedgm_start_requires_the_gaussian_head_keys():
+    with pytest.raises(ValueError, match="head keys"):
+        PFedGM().start(grid=None, initial_arrays=_arrays(w=[1.0]), num_rounds=1)
+    with pytest.raises(ValueError, match="positive"):
+        init = _arrays(**{"head.mu": [0.0], "head.b": [0.0], "head.A": [0.0]})
+        PFedGM().start(grid=None, initial_arrays=init, num_rounds=1)
+    # another project's names are accepted
+    PFedGM(navigator_keys=["nav.m", "nav.b"], covariance_keys=["cov"])
+
+
+def test_summary_is_test_size_weighted_mean_and_std_across_clients():
+    rows = [
+        {"accuracy": 0.5, "num-test": 100, "acc-x": 0.1},
+        {"accuracy": 1.0, "num-test": 300, "acc-x": 0.3},
+    ]
+    result = summarize(rows, "accuracy", "num-test", [])
+    assert result.mean_accuracy == pytest.approx(87.5)
+    assert result.unweighted_mean_accuracy == pytest.approx(75.0)
+    assert result.std_accuracy == pytest.approx(25.0)
+    assert result.means == {"acc-x": pytest.approx(25.0)}
+    with pytest.raises(RuntimeError, match="no client answered"):
+        summarize([], "accuracy", "num-test", ["node 1: boom"])
