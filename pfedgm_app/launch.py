@@ -93,6 +93,9 @@ def run_app(
 
 
 def _wait(run_id: str, env: dict[str, str], deadline: float) -> str:
+    # Each `flwr list` is a new Python process (~1 s of CPU): poll sparsely, the run shares
+    # the machine's cores with this loop.
+    pause = 1.0
     while True:
         listing = json.loads(_flwr(["list", "--run-id", run_id, "--format", "json"], env).stdout)
         status = listing["runs"][0]["status"]
@@ -101,7 +104,8 @@ def _wait(run_id: str, env: dict[str, str], deadline: float) -> str:
         if time.time() > deadline:
             _flwr(["stop", run_id], env, check=False)
             return f"timeout ({status})"
-        time.sleep(2)
+        time.sleep(pause)
+        pause = min(pause * 1.5, 10.0)
 
 
 def _flwr(args: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
@@ -117,10 +121,11 @@ def _output_dir(log: str) -> Path | None:
 
 
 def stop_local_superlink(flwr_home: Path) -> int:
-    """Stop the managed SuperLink that `flwr run` started for `flwr_home`, with every process it
-    spawned (SuperExec, the simulation, its Ray cluster). Returns how many were signalled.
+    """Stop the managed SuperLink that `flwr run` started for `flwr_home` (or any FLWR_HOME below
+    that folder), with every process it spawned (SuperExec, the simulation, its Ray cluster).
+    Returns how many processes were signalled.
     """
-    marker = str(Path(flwr_home) / "local-superlink")
+    marker = str(Path(flwr_home))
     parents = _parent_pids()
     roots = [pid for pid in parents if "flower-superlink" in (c := _cmdline(pid)) and marker in c]
     doomed = set(roots)

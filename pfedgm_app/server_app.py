@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import random
 import time
 from logging import ERROR, INFO
 
@@ -51,11 +50,11 @@ def main(grid: Grid, context: Context) -> None:
         writer.run_dir,
     )
 
-    random.seed(cfg.seed)  # FedAvg samples clients with `random`
     torch.manual_seed(cfg.seed)
     model = get_method(cfg.method).build_model(pool.image_shape, pool.num_classes)
     initial = ArrayRecord(model.state_dict())
-    strategy = build_strategy(cfg, num_clients, writer)
+    ranks = {node: int(info["partition-id"]) for node, info in clients.items()}
+    strategy = build_strategy(cfg, ranks, writer)
     settings = cfg.to_run_config()
     rounds_started = time.time()
     result = strategy.start(
@@ -118,8 +117,13 @@ def main(grid: Grid, context: Context) -> None:
     log(INFO, "  outputs: %s", writer.run_dir)
 
 
-def build_strategy(cfg: RunConfig, num_clients: int, writer: RunWriter) -> PersonalizedFedAvg:
-    """The server side of `cfg.method`; every round waits for all clients to be connected."""
+def build_strategy(
+    cfg: RunConfig, node_ranks: dict[int, int], writer: RunWriter
+) -> PersonalizedFedAvg:
+    """The server side of `cfg.method`; every round waits for all clients to be connected and
+    samples them by partition id, so methods with the same seed see the same clients.
+    """
+    num_clients = len(node_ranks)
     round_start = time.time()
 
     def on_round(server_round: int, arrays: ArrayRecord, metrics) -> None:
@@ -134,6 +138,8 @@ def build_strategy(cfg: RunConfig, num_clients: int, writer: RunWriter) -> Perso
         min_train_nodes=1,
         min_available_nodes=num_clients,
         on_round=on_round,
+        node_ranks=node_ranks,
+        seed=cfg.seed,
     )
     return PFedGM(**kwargs) if cfg.method == "pfedgm" else PersonalizedFedAvg(**kwargs)
 

@@ -5,15 +5,25 @@ Import-light (flwr + numpy only): any Flower project can use it with its own mod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import random
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
 RoundHook = Callable[[int, ArrayRecord, MetricRecord | None], None]
 
@@ -46,6 +56,9 @@ class PersonalizedFedAvg(FedAvg):
       aggregates the returned accuracies (`PersonalizationResult`).
     - `on_round(server_round, arrays, metrics)` is called after each aggregation (e.g. to write
       per-round metrics to disk as the run goes).
+    - With `node_ranks` (node id -> a stable client index, e.g. its partition id), clients are
+      sampled by that index with `random.Random(seed)`: runs of different methods with the same
+      seed train the same clients in the same rounds (node ids change from run to run).
 
     All keyword arguments of `flwr.serverapp.strategy.FedAvg` are accepted.
     """
@@ -57,9 +70,13 @@ class PersonalizedFedAvg(FedAvg):
         accuracy_key: str = "accuracy",
         test_size_key: str = "num-test",
         on_round: RoundHook | None = None,
+        node_ranks: Mapping[int, int] | None = None,
+        seed: int = 0,
         **fedavg_kwargs,
     ) -> None:
         super().__init__(**fedavg_kwargs)
+        self.node_ranks = node_ranks
+        self._rng = random.Random(seed)
         self.personalize_message_type = personalize_message_type
         self.accuracy_key = accuracy_key
         self.test_size_key = test_size_key
@@ -71,7 +88,16 @@ class PersonalizedFedAvg(FedAvg):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         self._current = arrays
-        return super().configure_train(server_round, arrays, config, grid)
+        if self.node_ranks is None:
+            return super().configure_train(server_round, arrays, config, grid)
+        _, nodes = sample_nodes(grid, self.min_available_nodes, 0)  # waits for enough nodes
+        nodes = sorted(nodes, key=lambda n: self.node_ranks.get(n, len(self.node_ranks) + n))
+        size = max(int(len(nodes) * self.fraction_train), self.min_train_nodes)
+        chosen = self._rng.sample(nodes, min(size, len(nodes)))
+        log(INFO, "configure_train: sampled %d nodes (out of %d)", len(chosen), len(nodes))
+        config["server-round"] = server_round
+        record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
+        return self._construct_messages(record, chosen, MessageType.TRAIN)
 
     def reject_reason(self, content: RecordDict) -> str | None:
         """Why a train reply must not enter the aggregate, or None. Override to add checks."""

@@ -1,0 +1,84 @@
+"""Run several methods on one protocol through `flwr run` and print the paper's table row form.
+
+    python benchmarks/compare.py --methods pfedgm,fedavgft,fedavg --alpha 0.5 \\
+        --clients 100 --rounds 50 --out /abs/results/dir05
+
+Each method's outputs go to OUT/<method>; a method whose `summary.json` already exists there is
+not run again (so an interrupted comparison resumes). Prints `mean (std)` per method, the
+ablation points each method reports, and each one's training wall time relative to FedAvg's
+(or to the first method when FedAvg is not in the list).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from pfedgm_app.launch import offline_env, run_app, stop_local_superlink
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--methods", default="pfedgm,fedavgft,fedavg")
+    parser.add_argument("--dataset", default=str(ROOT.parent / "shared/data/cifar10"))
+    parser.add_argument("--alpha", type=float, default=0.5)
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--fraction", type=float, default=0.3)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cpus-per-client", type=float, default=1)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    methods = args.methods.split(",")
+    out = args.out.resolve()
+    home = Path(tempfile.mkdtemp(prefix="compare-flwr-home-"))
+    env = offline_env(home)
+    summaries = {}
+    try:
+        for method in methods:
+            target = out / method
+            if (target / "summary.json").exists():
+                summaries[method] = json.loads((target / "summary.json").read_text())
+                continue
+            cfg = {
+                "method": method,
+                "dataset": args.dataset,
+                "dirichlet-alpha": args.alpha,
+                "num-server-rounds": args.rounds,
+                "fraction-train": args.fraction,
+                "local-epochs": args.epochs,
+                "seed": args.seed,
+                "output-dir": str(target),
+            }
+            run = run_app(cfg, args.clients, env, args.cpus_per_client, timeout=24 * 3600)
+            print(f"{method}: {run.status} in {run.wall_seconds:.0f}s", flush=True)
+            if run.ok:
+                summaries[method] = run.summary
+    finally:
+        stop_local_superlink(home)
+    print_table(summaries, args)
+
+
+def print_table(summaries: dict[str, dict], args) -> None:
+    if not summaries:
+        print("no finished run")
+        return
+    base = summaries.get("fedavg") or next(iter(summaries.values()))
+    print(f"\nDir({args.alpha}), {args.clients} clients, q={args.fraction}, {args.rounds} rounds, "
+          f"{args.epochs} local epochs; accuracy % = mean weighted by test size (std across "
+          "clients); time = seconds per round / FedAvg's")  # fmt: skip
+    print(f"{'method':10s} {'accuracy':>16s} {'time':>6s}  ablation")
+    for method, s in summaries.items():
+        ratio = s["seconds_per_round"] / base["seconds_per_round"]
+        extra = ", ".join(f"{k} {v:.2f}" for k, v in s.get("ablation_mean_accuracy", {}).items())
+        acc = f"{s['mean_accuracy']:.2f} ({s['std_accuracy']:.1f})"
+        print(f"{method:10s} {acc:>16s} {ratio:6.2f}  {extra}")
+
+
+if __name__ == "__main__":
+    main()
