@@ -1,0 +1,93 @@
+"""Server logic against a stand-in Grid: federation checks, sampling, the personalize round."""
+
+from __future__ import annotations
+
+import pytest
+from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from pfedgm_app.config import ConfigError, RunConfig
+from pfedgm_app.server_app import discover_clients
+from pfedgm_app.strategies import PersonalizedFedAvg
+
+
+@pytest.fixture(autouse=True)
+def _task_identity():
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    yield
+    TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None
+
+
+class FakeGrid:
+    """Answers like SuperNodes would: `query` with the node's partition, `train.personalize`
+    with an accuracy; nodes in `failing` reply with an error."""
+
+    def __init__(self, partitions: dict[int, tuple[int, int]], failing=()):
+        self.partitions, self.failing, self.sent = partitions, set(failing), []
+
+    def get_node_ids(self):
+        return list(self.partitions)
+
+    def send_and_receive(self, messages, timeout=None):
+        replies = []
+        for msg in messages:
+            node = msg.metadata.dst_node_id
+            self.sent.append((node, msg.metadata.message_type))
+            if node in self.failing:
+                replies.append(Message(Error(code=1, reason="boom"), reply_to=msg))
+                continue
+            pid, num = self.partitions[node]
+            metrics = {"partition-id": pid, "num-partitions": num, "num-examples": 50,
+                       "num-test": 10 + pid, "accuracy": 0.5 + 0.1 * pid}  # fmt: skip
+            replies.append(Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg))
+        return replies
+
+
+def test_discovery_maps_every_node_to_its_partition():
+    grid = FakeGrid({11: (1, 3), 7: (0, 3), 42: (2, 3)})
+    infos = discover_clients(grid, RunConfig(node_wait_timeout=1))
+    assert {n: int(i["partition-id"]) for n, i in infos.items()} == {11: 1, 7: 0, 42: 2}
+
+
+def test_fewer_supernodes_than_partitions_is_a_clear_error():
+    grid = FakeGrid({1: (0, 3), 2: (1, 3)})
+    with pytest.raises(ConfigError, match="fewer SuperNodes than needed: 2 connected"):
+        discover_clients(grid, RunConfig(node_wait_timeout=0.5))
+
+
+def test_inconsistent_federations_are_rejected():
+    with pytest.raises(ConfigError, match="disagree on num-partitions"):
+        discover_clients(FakeGrid({1: (0, 2), 2: (1, 3)}), RunConfig(node_wait_timeout=0.5))
+    with pytest.raises(ConfigError, match="partition-ids 0..1"):
+        discover_clients(FakeGrid({1: (0, 2), 2: (0, 2)}), RunConfig(node_wait_timeout=0.5))
+    with pytest.raises(ConfigError, match="could not load its data: boom"):
+        discover_clients(FakeGrid({1: (0, 1)}, failing=[1]), RunConfig(node_wait_timeout=0.5))
+
+
+def test_sampling_by_partition_is_the_same_whatever_the_node_ids():
+    """Two runs (random node ids) with the same seed train the same partitions each round."""
+
+    def sampled_partitions(node_ids):
+        ranks = {n: pid for pid, n in enumerate(node_ids)}
+        grid = FakeGrid({n: (pid, 10) for n, pid in ranks.items()})
+        strategy = PersonalizedFedAvg(fraction_train=0.3, node_ranks=ranks, seed=5)
+        rounds = []
+        for r in range(1, 4):
+            msgs = strategy.configure_train(r, ArrayRecord(), ConfigRecord(), grid)
+            rounds.append(sorted(ranks[m.metadata.dst_node_id] for m in msgs))
+        return rounds
+
+    first = sampled_partitions([101, 57, 3, 99, 12, 8, 77, 1000, 5, 6])
+    second = sampled_partitions([9, 8, 7, 6, 5, 4, 3, 2, 1, 0])
+    assert first == second
+    assert all(len(r) == 3 for r in first) and len({tuple(r) for r in first}) > 1
+
+
+def test_personalize_asks_every_node_and_reports_failures():
+    grid = FakeGrid({1: (0, 3), 2: (1, 3), 3: (2, 3)}, failing=[3])
+    result = PersonalizedFedAvg().personalize(grid, ArrayRecord(), ConfigRecord())
+    assert sorted(n for n, _ in grid.sent) == [1, 2, 3]
+    assert {t for _, t in grid.sent} == {"train.personalize"}
+    assert len(result.clients) == 2 and result.failures == ["node 3: boom"]
+    # accuracies 0.5 (10 test samples) and 0.6 (11): test-size weighted mean
+    assert result.mean_accuracy == pytest.approx(100 * (0.5 * 10 + 0.6 * 11) / 21)
