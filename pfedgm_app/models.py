@@ -13,51 +13,32 @@ from torch import nn
 FEATURE_DIM = 128
 
 
-class CifarCNN(nn.Module):
+class ConvGenerator(nn.Module):
+    """conv (k, padding) -> LeakyReLU -> 2x2 max-pool, per layer, then fc -> LeakyReLU = z."""
+
+    def __init__(self, convs: list[tuple[int, int, int, int]], flat: int, dim: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for c_in, c_out, kernel, pad in convs:
+            layers += [nn.Conv2d(c_in, c_out, kernel, padding=pad), nn.LeakyReLU(), nn.MaxPool2d(2)]
+        self.features = nn.Sequential(*layers, nn.Flatten(), nn.Linear(flat, dim), nn.LeakyReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features(x)
+
+
+class CifarCNN(ConvGenerator):
     """5-layer CNN of FedPAC / pFedFDA for 3x32x32 images (3 conv + the fc giving z)."""
 
     def __init__(self, dim: int = FEATURE_DIM) -> None:
-        super().__init__()
-        act = nn.LeakyReLU
-        self.features = nn.Sequential(
-            nn.Conv2d(3, 16, 5),
-            act(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 5, padding=1),
-            act(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3, padding=1),
-            act(),
-            nn.MaxPool2d(2),
-            nn.Flatten(),
-            nn.Linear(576, dim),
-            act(),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.features(x)
+        super().__init__([(3, 16, 5, 0), (16, 32, 5, 1), (32, 64, 3, 1)], 576, dim)
 
 
-class EmnistCNN(nn.Module):
+class EmnistCNN(ConvGenerator):
     """4-layer CNN of FedPAC / pFedFDA for 1x28x28 images (2 conv + the fc giving z)."""
 
     def __init__(self, dim: int = FEATURE_DIM) -> None:
-        super().__init__()
-        act = nn.LeakyReLU
-        self.features = nn.Sequential(
-            nn.Conv2d(1, 16, 5),
-            act(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 5, padding=1),
-            act(),
-            nn.MaxPool2d(2),
-            nn.Flatten(),
-            nn.Linear(800, dim),
-            act(),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.features(x)
+        super().__init__([(1, 16, 5, 0), (16, 32, 5, 1)], 800, dim)
 
 
 BACKBONES: dict[tuple[int, int, int], type[nn.Module]] = {

@@ -94,3 +94,20 @@ def test_fedavgft_fine_tunes_before_evaluating():
     result = method.personalize(model, run)
     assert {"accuracy", "acc-global"} <= set(result)
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_backbones_match_the_fedpac_pfedfda_cnns():
+    """CIFAR: 3 conv + fc 576->128; EMNIST: 2 conv + fc 800->128; LeakyReLU; z is 128-d."""
+    from pfedgm_app.models import CifarCNN, EmnistCNN
+
+    cifar, emnist = CifarCNN(), EmnistCNN()
+    assert cifar(torch.zeros(2, 3, 32, 32)).shape == emnist(torch.zeros(2, 1, 28, 28)).shape
+    convs = [m for m in cifar.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels, c.kernel_size[0]) for c in convs] == [
+        (3, 16, 5), (16, 32, 5), (32, 64, 3)
+    ]  # fmt: skip
+    fc = [m for m in emnist.modules() if isinstance(m, torch.nn.Linear)]
+    assert [(f.in_features, f.out_features) for f in fc] == [(800, 128)]
+    # the navigator (mu, b) has exactly the parameters of a linear classifier
+    gm, avg = _model("pfedgm"), _model("fedavg")
+    assert gm.head.mu.numel() + gm.head.b.numel() == sum(p.numel() for p in avg.head.parameters())
