@@ -65,7 +65,7 @@ def main(grid: Grid, context: Context) -> None:
         train_config=ConfigRecord(settings),
     )
     trained = time.time()
-    final = result.arrays if result.arrays is not None else initial
+    final = result.arrays if result.arrays else initial  # no round aggregated: the start
     writer.save_weights(final)
 
     outcome = strategy.personalize(grid, final, ConfigRecord(settings), cfg.round_timeout)

@@ -60,6 +60,8 @@ class PFedGM(Method):
         cfg, data, head = run.cfg, run.data, model.head
         z_train = apply_batched(model.generator, data.x_train)
         z_test = apply_batched(model.generator, data.x_test)
+        # upsilon*_k = E[z | y=k] on the client; a class it never saw has no local evidence, so
+        # its prototype is the global mean mu*_k (the prior), which leaves zeta_k uninformative.
         upsilon, _ = class_means(z_train, data.y_train, head.mu.shape[0], head.mu.detach())
         ph = PersonalizedHead(head.mu, head.b, head.A, upsilon, cfg.lambda_)
         result = {
