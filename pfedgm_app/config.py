@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-METHODS = ("pfedgm", "fedavg", "fedavgft", "local")
+METHODS = ("pfedgm", "fedavg", "fedavgft", "local", "ditto", "fedbabu", "fedper", "lgfedavg")
 
 
 class ConfigError(ValueError):
@@ -40,6 +40,7 @@ class RunConfig:
     lbfgs_max_iter: int = 10
     lbfgs_cycles: int = 5
     finetune_epochs: int = 5
+    ditto_mu: float = 1.0
     min_train_samples: int = 50
     test_fraction: float = 0.2
     seed: int = 0
@@ -90,7 +91,7 @@ class RunConfig:
         for name in ("learning_rate", "personal_learning_rate", "lbfgs_learning_rate"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{_key(name)} must be > 0, got {getattr(self, name)}")
-        for name in ("momentum", "weight_decay", "lambda_"):
+        for name in ("momentum", "weight_decay", "lambda_", "ditto_mu"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"{_key(name)} must be >= 0, got {getattr(self, name)}")
         if not (self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda")):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -101,3 +102,17 @@ def accuracy(fn: Callable, x: torch.Tensor, y: torch.Tensor) -> float:
     if len(x) == 0:
         return float("nan")
     return (apply_batched(fn, x).argmax(1) == y).float().mean().item()
+
+
+@contextmanager
+def frozen(*modules: nn.Module) -> Iterator[None]:
+    """Hold `modules` fixed: no gradients are computed for them inside the block."""
+    params = [p for m in modules for p in m.parameters()]
+    flags = [p.requires_grad for p in params]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, flag in zip(params, flags, strict=True):
+            p.requires_grad_(flag)

@@ -45,6 +45,7 @@ def test_config_methods_match_the_plugins():
         ({"local-epochs": 0}, "local-epochs must be >= 1"),
         ({"learning-rate": 0.0}, "learning-rate must be > 0"),
         ({"lambda": -1.0}, "lambda must be >= 0"),
+        ({"ditto-mu": -1.0}, "ditto-mu must be >= 0"),
         ({"batch-size": 2.5}, "batch-size must be int"),
         ({"device": "tpu"}, "device must be"),
         ({"no-such-key": 1}, "unknown run-config key"),

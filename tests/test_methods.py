@@ -111,3 +111,73 @@ def test_backbones_match_the_fedpac_pfedfda_cnns():
     # the navigator (mu, b) has exactly the parameters of a linear classifier
     gm, avg = _model("pfedgm"), _model("fedavg")
     assert gm.head.mu.numel() + gm.head.b.numel() == sum(p.numel() for p in avg.head.parameters())
+
+
+def _train_round(name, run=None, model=None):
+    method, run = get_method(name), run or _run()
+    model = model or _model(name)
+    method.restore(model, run.state)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    method.train(model, run)
+    method.keep(model, run.state)
+    return method, run, model, before
+
+
+def test_fedper_keeps_its_head_and_sends_the_body():
+    method, run, model, _ = _train_round("fedper")
+    sent, heads = set(method.outgoing(model)), {"head.weight", "head.bias"}
+    assert sent == set(model.state_dict()) - heads
+    fresh = _model("fedper")  # next round: a new global body arrives, the head is the client's
+    fresh.generator.features[0].weight.data.zero_()
+    method.restore(fresh, run.state)
+    assert torch.equal(fresh.head.weight, model.head.weight)
+    assert not fresh.generator.features[0].weight.any()
+
+
+def test_lgfedavg_sends_only_the_head():
+    method, run, model, _ = _train_round("lgfedavg")
+    assert set(method.outgoing(model)) == {"head.weight", "head.bias"}
+    fresh = _model("lgfedavg")
+    method.restore(fresh, run.state)
+    assert torch.equal(fresh.generator.features[0].weight, model.generator.features[0].weight)
+
+
+def test_fedbabu_never_changes_the_head_during_training():
+    _, run, model, before = _train_round("fedbabu")
+    assert torch.equal(model.head.weight, before["head.weight"])
+    assert not torch.equal(
+        model.generator.features[0].weight, before["generator.features.0.weight"]
+    )
+    frozen_body = model.generator.features[0].weight.clone()
+    result = get_method("fedbabu").personalize(model, run)  # fine-tunes the head only
+    assert {"accuracy", "acc-global"} <= set(result)
+    assert not torch.equal(model.head.weight, before["head.weight"])
+    assert torch.equal(model.generator.features[0].weight, frozen_body)
+
+
+def _personal_distance(mu):
+    from pfedgm_app.methods.ditto import PERSONAL_RECORD
+
+    run = _run(ditto_mu=mu)
+    model = _model("ditto")
+    received = {k: v.clone() for k, v in model.state_dict().items()}
+    get_method("ditto").train(model, run)
+    personal = run.state[PERSONAL_RECORD].to_torch_state_dict()
+    return sum((personal[k] - received[k]).pow(2).sum() for k in received).sqrt().item()
+
+
+def test_ditto_personal_model_differs_and_is_pulled_toward_the_global_as_mu_grows():
+    distances = [_personal_distance(mu) for mu in (0.0, 1.0, 100.0)]
+    assert distances[0] > 0
+    assert distances[0] > distances[1] > distances[2]
+
+
+def test_ditto_keeps_the_personal_model_local_and_sends_the_global():
+    from pfedgm_app.methods.ditto import PERSONAL_RECORD
+
+    method, run, model, _ = _train_round("ditto")
+    assert set(method.outgoing(model)) == set(model.state_dict())
+    personal = run.state[PERSONAL_RECORD].to_torch_state_dict()
+    assert any(not torch.equal(personal[k], v) for k, v in model.state_dict().items())
+    result = method.personalize(model, run)
+    assert {"accuracy", "acc-global"} <= set(result)

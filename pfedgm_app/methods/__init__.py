@@ -1,10 +1,15 @@
 """Client-side method plug-ins, selected by the `method` run-config key."""
 
 from .base import ClientRun, Method
+from .ditto import Ditto
 from .fedavg import FedAvg, FedAvgFT, Local
 from .pfedgm import PFedGM
+from .split import FedBABU, FedPer, LGFedAvg
 
-METHODS: dict[str, Method] = {m.name: m for m in (PFedGM(), FedAvg(), FedAvgFT(), Local())}
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (PFedGM(), FedAvg(), FedAvgFT(), Local(), Ditto(), FedBABU(), FedPer(), LGFedAvg())
+}
 
 
 def get_method(name: str) -> Method:
