@@ -12,7 +12,17 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-METHODS = ("pfedgm", "fedavg", "fedavgft", "local", "ditto", "fedbabu", "fedper", "lgfedavg")
+METHODS = (
+    "pfedgm",
+    "fedavg",
+    "fedavgft",
+    "local",
+    "ditto",
+    "fedbabu",
+    "fedper",
+    "fedrep",
+    "lgfedavg",
+)
 
 
 class ConfigError(ValueError):
@@ -41,6 +51,7 @@ class RunConfig:
     lbfgs_cycles: int = 5
     finetune_epochs: int = 5
     ditto_mu: float = 1.0
+    fedrep_body_epochs: int = 1
     min_train_samples: int = 50
     test_fraction: float = 0.2
     seed: int = 0
@@ -94,6 +105,11 @@ class RunConfig:
         for name in ("momentum", "weight_decay", "lambda_", "ditto_mu"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"{_key(name)} must be >= 0, got {getattr(self, name)}")
+        if not 1 <= self.fedrep_body_epochs <= self.local_epochs:
+            raise ConfigError(
+                f"fedrep-body-epochs must lie in [1, local-epochs={self.local_epochs}], "
+                f"got {self.fedrep_body_epochs}"
+            )
         if not (self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
 

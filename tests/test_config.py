@@ -46,6 +46,7 @@ def test_config_methods_match_the_plugins():
         ({"learning-rate": 0.0}, "learning-rate must be > 0"),
         ({"lambda": -1.0}, "lambda must be >= 0"),
         ({"ditto-mu": -1.0}, "ditto-mu must be >= 0"),
+        ({"fedrep-body-epochs": 6}, "fedrep-body-epochs must lie in [1, local-epochs=5]"),
         ({"batch-size": 2.5}, "batch-size must be int"),
         ({"device": "tpu"}, "device must be"),
         ({"no-such-key": 1}, "unknown run-config key"),

@@ -56,7 +56,9 @@ def test_learning_pfedgm_beats_fedavg_on_cifar10_dir01(flower_env, tmp_path, cif
     assert {"acc-global", "acc-global-cov", "acc-finetune"} <= set(gm["ablation_mean_accuracy"])
 
 
-@pytest.mark.parametrize("method", ["fedavgft", "local", "ditto", "fedbabu", "fedper", "lgfedavg"])
+@pytest.mark.parametrize(
+    "method", ["fedavgft", "local", "ditto", "fedbabu", "fedper", "fedrep", "lgfedavg"]
+)
 def test_baselines_run_end_to_end(flower_env, tmp_path, mnist, method):
     """Each baseline finishes through `flwr run` (MNIST, 6 clients) and writes its outputs."""
     run = _run(flower_env, tmp_path, mnist, 6, method=method, **SMALL)

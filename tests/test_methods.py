@@ -18,7 +18,7 @@ def _run(n=60, **cfg) -> ClientRun:
     y = torch.arange(n) % K
     x += y[:, None, None, None].float()  # class-dependent shift: learnable
     data = ClientData(x, y, x[:20], y[:20], K)
-    config = RunConfig(local_epochs=1, personal_epochs=1, finetune_epochs=1, **cfg)
+    config = RunConfig(**{"local_epochs": 1, "personal_epochs": 1, "finetune_epochs": 1, **cfg})
     return ClientRun(config, data, RecordDict(), g, torch.device("cpu"))
 
 
@@ -181,3 +181,25 @@ def test_ditto_keeps_the_personal_model_local_and_sends_the_global():
     assert any(not torch.equal(personal[k], v) for k, v in model.state_dict().items())
     result = method.personalize(model, run)
     assert {"accuracy", "acc-global"} <= set(result)
+
+
+def test_fedrep_trains_head_then_body_and_keeps_the_head(monkeypatch):
+    """Head epochs with the body fixed, then body epochs with the head fixed; head stays local."""
+    from pfedgm_app.methods.base import ClientRun as Run
+
+    calls = []
+    original = Run.epochs
+
+    def spy(self, step, params, epochs, lr=None, after_step=None):
+        params = list(params)
+        calls.append(({id(p) for p in params}, epochs))
+        return original(self, step, params, epochs, lr, after_step)
+
+    monkeypatch.setattr(Run, "epochs", spy)
+    run = _run(local_epochs=3)
+    method, model = get_method("fedrep"), _model("fedrep")
+    method.train(model, run)
+    head = {id(p) for p in model.head.parameters()}
+    body = {id(p) for p in model.generator.parameters()}
+    assert calls == [(head, 2), (body, 1)]
+    assert set(method.outgoing(model)) == set(model.state_dict()) - {"head.weight", "head.bias"}

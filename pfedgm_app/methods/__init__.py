@@ -4,11 +4,21 @@ from .base import ClientRun, Method
 from .ditto import Ditto
 from .fedavg import FedAvg, FedAvgFT, Local
 from .pfedgm import PFedGM
-from .split import FedBABU, FedPer, LGFedAvg
+from .split import FedBABU, FedPer, FedRep, LGFedAvg
 
 METHODS: dict[str, Method] = {
     m.name: m
-    for m in (PFedGM(), FedAvg(), FedAvgFT(), Local(), Ditto(), FedBABU(), FedPer(), LGFedAvg())
+    for m in (
+        PFedGM(),
+        FedAvg(),
+        FedAvgFT(),
+        Local(),
+        Ditto(),
+        FedBABU(),
+        FedPer(),
+        FedRep(),
+        LGFedAvg(),
+    )
 }
 
 

@@ -58,3 +58,23 @@ class FedBABU(Method):
         with frozen(model.generator):
             run.epochs(supervised_step(model), model.head.parameters(), run.cfg.finetune_epochs)
         return {**super().personalize(model, run), "acc-global": global_acc}
+
+
+class FedRep(Method):
+    """FedRep (Collins et al., 2021): each round, the client first trains its local head with the
+    received body fixed, then the body with the head fixed, and sends the body only; the head
+    never leaves the client. Of the `local-epochs`, the last `fedrep-body-epochs` (1, as in the
+    authors' code: `local_rep_ep`) train the body and the others the head.
+    """
+
+    name = "fedrep"
+
+    def kept_keys(self, model: Model) -> list[str]:
+        return head_keys(model)
+
+    def train(self, model: Model, run: ClientRun) -> dict:
+        step, body_epochs = supervised_step(model), run.cfg.fedrep_body_epochs
+        with frozen(model.generator):
+            run.epochs(step, model.head.parameters(), run.cfg.local_epochs - body_epochs)
+        with frozen(model.head):
+            return run.epochs(step, model.generator.parameters(), body_epochs)
