@@ -31,9 +31,7 @@ def _client(msg: Message, context: Context, purpose: str) -> tuple[int, RunConfi
     pid, num = int(node["partition-id"]), int(node["num-partitions"])
     dataset = str(node.get("dataset", cfg.dataset))  # a SuperNode may hold its own copy
     device = pick_device(cfg.device)
-    data = load_client_data(
-        dataset, pid, num, cfg.dirichlet_alpha, cfg.seed, cfg.min_train_samples, cfg.test_fraction
-    ).to(device)
+    data = load_client_data(cfg.protocol(num, dataset), pid).to(device)
     seed = zlib.crc32(f"{cfg.seed}/{server_round}/{pid}/{purpose}".encode())
     rng = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)

@@ -54,6 +54,7 @@ class RunConfig:
     fedrep_body_epochs: int = 1
     min_train_samples: int = 50
     test_fraction: float = 0.2
+    pool_size: int = 0
     seed: int = 0
     device: str = "auto"
     client_threads: int = 0
@@ -76,6 +77,20 @@ class RunConfig:
         cfg.validate()
         return cfg
 
+    def protocol(self, num_partitions: int, dataset: str | None = None):
+        """The data protocol (`data.Protocol`) of this run for `num_partitions` clients."""
+        from .data import Protocol  # data imports torch and datasets: keep config light
+
+        return Protocol(
+            dataset or self.dataset,
+            num_partitions,
+            self.dirichlet_alpha,
+            self.seed,
+            self.min_train_samples,
+            self.test_fraction,
+            self.pool_size,
+        )
+
     def to_run_config(self) -> dict[str, Any]:
         """The flat dict form (keys with dashes), e.g. to send in a ConfigRecord."""
         return {_key(k): v for k, v in dataclasses.asdict(self).items()}
@@ -96,7 +111,13 @@ class RunConfig:
         for name in positive_ints + ("lbfgs_max_iter",):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{_key(name)} must be >= 1, got {getattr(self, name)}")
-        for name in ("personal_epochs", "lbfgs_cycles", "finetune_epochs", "client_threads"):
+        for name in (
+            "personal_epochs",
+            "lbfgs_cycles",
+            "finetune_epochs",
+            "client_threads",
+            "pool_size",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{_key(name)} must be >= 0, got {getattr(self, name)}")
         for name in ("learning_rate", "personal_learning_rate", "lbfgs_learning_rate"):

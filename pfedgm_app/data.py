@@ -7,6 +7,7 @@ simulation and a deployment with the same settings see the same clients.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -259,55 +260,61 @@ def split_train_test(
     return np.sort(perm[n_test:]), np.sort(perm[:n_test])
 
 
+@dataclass(frozen=True)
+class Protocol:
+    """What fixes the clients: the same Protocol gives the same partition everywhere.
+
+    `pool_size` > 0 keeps a seeded random subset of that many pooled samples (quick runs and
+    tests); 0 keeps all of them, as the paper does.
+    """
+
+    dataset: str
+    num_partitions: int
+    alpha: float
+    seed: int = 0
+    min_train: int = 50
+    test_fraction: float = 0.2
+    pool_size: int = 0
+
+
 _PARTITIONS: dict[tuple, list[np.ndarray]] = {}
 _CLIENTS: dict[tuple, ClientData] = {}
 
 
-def client_indices(
-    dataset: str,
-    num_partitions: int,
-    alpha: float,
-    seed: int,
-    min_train: int = 50,
-    test_fraction: float = 0.2,
-) -> list[tuple[np.ndarray, np.ndarray]]:
+def client_indices(protocol: Protocol) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train, test) pool indices of every client, cached per process."""
-    pool = load_pool(dataset)
-    key = (pool.source, num_partitions, alpha, seed, min_train, test_fraction)
+    pool = load_pool(protocol.dataset)
+    key = (pool.source, *dataclasses.astuple(protocol)[1:])
     if key not in _PARTITIONS:
+        subset = np.arange(len(pool.dataset))
+        if 0 < protocol.pool_size < len(subset):
+            rng = np.random.default_rng(protocol.seed)
+            subset = np.sort(rng.choice(subset, protocol.pool_size, replace=False))
         partitioner = ResamplingDirichletPartitioner(
-            num_partitions,
-            alpha,
+            protocol.num_partitions,
+            protocol.alpha,
             pool.label_column,
-            min_partition_size(min_train, test_fraction),
-            seed,
+            min_partition_size(protocol.min_train, protocol.test_fraction),
+            protocol.seed,
         )
-        partitioner.dataset = pool.dataset
-        _PARTITIONS[key] = partitioner.partition_indices()
+        partitioner.dataset = (
+            pool.dataset.select(subset) if len(subset) < len(pool.dataset) else pool.dataset
+        )
+        _PARTITIONS[key] = [subset[idx] for idx in partitioner.partition_indices()]
     return [
-        split_train_test(idx, test_fraction, seed * 100_003 + pid)
+        split_train_test(idx, protocol.test_fraction, protocol.seed * 100_003 + pid)
         for pid, idx in enumerate(_PARTITIONS[key])
     ]
 
 
-def load_client_data(
-    dataset: str,
-    partition_id: int,
-    num_partitions: int,
-    alpha: float,
-    seed: int,
-    min_train: int = 50,
-    test_fraction: float = 0.2,
-) -> ClientData:
+def load_client_data(protocol: Protocol, partition_id: int) -> ClientData:
     """Decoded tensors of one client (decoded once per process, then served from memory)."""
-    if not 0 <= partition_id < num_partitions:
-        raise ConfigError(f"partition-id {partition_id} outside [0, {num_partitions})")
-    key = (dataset, partition_id, num_partitions, alpha, seed, min_train, test_fraction)
+    if not 0 <= partition_id < protocol.num_partitions:
+        raise ConfigError(f"partition-id {partition_id} outside [0, {protocol.num_partitions})")
+    key = (protocol, partition_id)
     if key not in _CLIENTS:
-        pool = load_pool(dataset)
-        train, test = client_indices(
-            dataset, num_partitions, alpha, seed, min_train, test_fraction
-        )[partition_id]
+        pool = load_pool(protocol.dataset)
+        train, test = client_indices(protocol)[partition_id]
         _CLIENTS[key] = ClientData(
             *decode(pool, train), *decode(pool, test), num_classes=pool.num_classes
         )

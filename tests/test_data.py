@@ -9,6 +9,7 @@ import pytest
 
 from pfedgm_app.config import ConfigError
 from pfedgm_app.data import (
+    Protocol,
     ResamplingDirichletPartitioner,
     client_indices,
     dirichlet_partition,
@@ -76,7 +77,7 @@ def test_train_test_split_is_80_20_disjoint_and_seeded():
 
 def test_cifar10_protocol_partition(cifar10):
     """Pooled 60k CIFAR-10, Dir(0.1), 100 clients: every client >= 50 train samples, 80/20."""
-    clients = client_indices(str(cifar10), 100, 0.1, seed=0)
+    clients = client_indices(Protocol(str(cifar10), 100, 0.1, seed=0))
     train_sizes = [len(tr) for tr, _ in clients]
     everything = np.concatenate([np.concatenate(c) for c in clients])
     assert len(everything) == 60_000 == len(np.unique(everything))
@@ -86,9 +87,20 @@ def test_cifar10_protocol_partition(cifar10):
 
 
 def test_client_tensors_are_decoded_and_normalized(cifar10):
-    data = load_client_data(str(cifar10), 5, 100, 0.5, seed=0)
+    protocol = Protocol(str(cifar10), 100, 0.5, seed=0)
+    data = load_client_data(protocol, 5)
     assert data.x_train.shape[1:] == (3, 32, 32) and data.x_train.dtype.is_floating_point
     assert -1.0 <= data.x_train.min() < -0.5 and 0.5 < data.x_train.max() <= 1.0
     assert data.num_classes == 10 and len(data.y_train) >= 50
     # cached: the same tensors come back, no second decoding
-    assert load_client_data(str(cifar10), 5, 100, 0.5, seed=0) is data
+    assert load_client_data(protocol, 5) is data
+
+
+def test_pool_size_keeps_a_seeded_subset(cifar10):
+    """pool-size N: the clients share N samples of the pool, the same ones for the same seed."""
+    protocol = Protocol(str(cifar10), 4, 0.5, seed=3, pool_size=1000)
+    clients = client_indices(protocol)
+    everything = np.concatenate([np.concatenate(c) for c in clients])
+    assert len(everything) == 1000 == len(np.unique(everything)) and everything.max() < 60_000
+    again = client_indices(Protocol(str(cifar10), 4, 0.5, seed=3, pool_size=1000))
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(clients, again, strict=True))
