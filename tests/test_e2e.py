@@ -61,12 +61,12 @@ def test_learning_pfedgm_beats_fedavg_on_cifar10_dir01(flower_env, tmp_path, cif
     "method", ["fedavgft", "local", "ditto", "fedbabu", "fedper", "fedrep", "lgfedavg"]
 )
 def test_baselines_run_end_to_end(flower_env, tmp_path, mnist, method):
-    """Each baseline finishes through `flwr run` (MNIST, 2 clients, both trained once) and writes
-    its outputs."""
-    cfg = {**SMALL, "num-server-rounds": 1, "fraction-train": 1.0}
+    """Each baseline finishes through `flwr run` (MNIST, 2 clients, both trained in both rounds),
+    writes its outputs and beats chance."""
+    cfg = {**SMALL, "local-epochs": 3, "fraction-train": 1.0, "pool-size": 6000}
     run = _run(flower_env, tmp_path, mnist, 2, method=method, **cfg)
-    summary = _check_outputs(run, method, 2, 1)
-    assert summary["mean_accuracy"] > 30  # chance is 10%
+    summary = _check_outputs(run, method, 2, 2)
+    assert summary["mean_accuracy"] > 25  # chance is 10%
 
 
 def test_emnist_shaped_data_runs_pfedgm(flower_env, tmp_path, mnist):
