@@ -10,7 +10,7 @@ optimizer and batch size on in-memory tensors. Prints:
 - pFedGM / FedAvg cost ratio in the same protocol (target <= 1.10; the paper measured 1.26);
 - peak memory (RSS summed over all processes of the run).
 
-    python benchmarks/bench_speed.py --clients 20 --rounds 4 --fraction 0.5 --epochs 2
+    python benchmarks/bench_speed.py            # 20 clients, q=0.3, 4 rounds, 5 local epochs
 """
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ def main() -> None:
     parser.add_argument("--dataset", default=str(ROOT.parent / "shared/data/cifar10"))
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--fraction", type=float, default=0.5)
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--fraction", type=float, default=0.3)
+    parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--cpus-per-client", type=float, default=1)
     args = parser.parse_args()
