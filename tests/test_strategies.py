@@ -55,6 +55,20 @@ def test_non_finite_update_is_dropped_and_the_round_goes_on():
     assert arrays is None
 
 
+def test_failed_replies_are_skipped_and_the_round_is_still_recorded():
+    from flwr.app import Error
+
+    seen = []
+    strategy = PersonalizedFedAvg(on_round=lambda r, arrays, metrics: seen.append(metrics))
+    current = _arrays(w=[0.0])
+    failed = Message(Error(code=1, reason="boom"), reply_to=Message(RecordDict(), 3, "train"))
+    arrays, metrics = _aggregate(strategy, current, [_reply(1, _arrays(w=[4.0]), 10), failed])
+    np.testing.assert_allclose(arrays["w"].numpy(), [4.0])
+    assert metrics["num-clients"] == 1 and metrics["num-examples-total"] == 10
+    _aggregate(strategy, current, [failed])  # nothing left: the round is still recorded
+    assert len(seen) == 2 and seen[1] is None
+
+
 def test_pfedgm_drops_non_positive_covariance():
     current = _arrays(**{"head.A": [1.0]})
     ok, negative = _arrays(**{"head.A": [2.0]}), _arrays(**{"head.A": [-1.0]})

@@ -110,7 +110,7 @@ class PersonalizedFedAvg(FedAvg):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        kept = []
+        kept = []  # error replies stay in: FedAvg logs and skips them
         for msg in replies:
             reason = None if msg.has_error() else self.reject_reason(msg.content)
             if reason:
@@ -120,13 +120,14 @@ class PersonalizedFedAvg(FedAvg):
         arrays, metrics = super().aggregate_train(server_round, kept)
         arrays = merge_arrays(self._current, arrays)
         if metrics is not None:  # totals next to FedAvg's weighted means: cost accounting
-            metrics["num-clients"] = len(kept)
+            valid = [m for m in kept if not m.has_error()]
+            metrics["num-clients"] = len(valid)
             metrics[self.weighted_by_key + "-total"] = sum(
                 float(next(iter(m.content.metric_records.values()))[self.weighted_by_key])
-                for m in kept
+                for m in valid
             )
-        if self.on_round is not None and arrays is not None:
-            self.on_round(server_round, arrays, metrics)
+        if self.on_round is not None:
+            self.on_round(server_round, arrays if arrays is not None else self._current, metrics)
         return arrays, metrics
 
     # -- the personalize round ----------------------------------------------------------------
