@@ -89,3 +89,13 @@ def test_wrong_image_shape_is_rejected(tmp_path):
     ds.to_parquet(str(tmp_path / "train.parquet"))
     with pytest.raises(ConfigError, match="shape"):
         load_pool(str(tmp_path))
+
+
+def test_presets_in_conf_are_valid_run_configs():
+    import tomllib
+    from pathlib import Path
+
+    presets = sorted((Path(__file__).parents[1] / "conf").glob("*.toml"))
+    assert presets
+    for preset in presets:
+        RunConfig.from_run_config(tomllib.loads(preset.read_text()))
