@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from pfedgm_app.launch import _cmdline, _parent_pids, offline_env, run_app, stop_local_superlink
+from pfedgm_app.launch import offline_env, run_app, stop_local_superlink, superlink_tree
 from pfedgm_app.models import FEATURE_DIM, Model, build_generator
 from pfedgm_app.training import make_sgd, run_epochs, supervised_step
 
@@ -40,14 +40,7 @@ class PeakRss(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.wait(0.5):
-            parents = _parent_pids()
-            roots = [p for p in parents if self.marker in _cmdline(p)]
-            tree, frontier = set(roots), list(roots)
-            while frontier:
-                pid = frontier.pop()
-                kids = [c for c, p in parents.items() if p == pid and c not in tree]
-                tree.update(kids)
-                frontier.extend(kids)
+            tree = superlink_tree(self.marker)
             self.peak = max(self.peak, sum(_rss(p) for p in tree))
 
 

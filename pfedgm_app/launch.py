@@ -125,16 +125,7 @@ def stop_local_superlink(flwr_home: Path) -> int:
     that folder), with every process it spawned (SuperExec, the simulation, its Ray cluster).
     Returns how many processes were signalled.
     """
-    marker = str(Path(flwr_home))
-    parents = _parent_pids()
-    roots = [pid for pid in parents if "flower-superlink" in (c := _cmdline(pid)) and marker in c]
-    doomed = set(roots)
-    frontier = list(roots)
-    while frontier:  # collect the whole tree before killing: orphans get re-parented
-        pid = frontier.pop()
-        children = [c for c, p in parents.items() if p == pid and c not in doomed]
-        doomed.update(children)
-        frontier.extend(children)
+    doomed = superlink_tree(flwr_home)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in doomed:
             try:
@@ -144,6 +135,22 @@ def stop_local_superlink(flwr_home: Path) -> int:
         if sig == signal.SIGTERM:
             time.sleep(2)
     return len(doomed)
+
+
+def superlink_tree(flwr_home: Path) -> set[int]:
+    """PIDs of the managed SuperLink(s) whose command line names `flwr_home`, and of every
+    process below them. The whole tree is collected first: killed parents re-parent orphans.
+    """
+    marker = str(Path(flwr_home))
+    parents = _parent_pids()
+    roots = [pid for pid in parents if "flower-superlink" in (c := _cmdline(pid)) and marker in c]
+    tree, frontier = set(roots), list(roots)
+    while frontier:
+        pid = frontier.pop()
+        children = [c for c, p in parents.items() if p == pid and c not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    return tree
 
 
 def _parent_pids() -> dict[int, int]:
