@@ -10,12 +10,12 @@ from __future__ import annotations
 import zlib
 
 import torch
-from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from .config import RunConfig
 from .data import load_client_data
-from .methods import ClientRun, get_method
+from .methods import EXTRAS_RECORD, ClientRun, get_method
 from .training import accuracy, pick_device, set_threads
 
 app = ClientApp()
@@ -43,7 +43,17 @@ def _model(msg: Message, cfg: RunConfig, run: ClientRun):
     model = method.build_model(tuple(run.data.x_train.shape[1:]), run.data.num_classes)
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     method.restore(model, run.state)
+    if EXTRAS_RECORD in msg.content:
+        extras = msg.content[EXTRAS_RECORD].to_torch_state_dict()
+        run.received = {k: v.to(run.device) for k, v in extras.items()}
     return method, model.to(run.device)
+
+
+def _reply(msg: Message, run: ClientRun, records: dict) -> Message:
+    """The reply, with the method's non-model arrays (if any) in their own record."""
+    if run.sent:
+        records[EXTRAS_RECORD] = ArrayRecord({k: v.detach().cpu() for k, v in run.sent.items()})
+    return Message(RecordDict(records), reply_to=msg)
 
 
 def _counts(run: ClientRun) -> dict[str, int]:
@@ -71,13 +81,14 @@ def train(msg: Message, context: Context) -> Message:
     model.train()
     metrics = method.train(model, run)
     method.keep(model, run.state)
-    reply = RecordDict(
+    return _reply(
+        msg,
+        run,
         {
             "arrays": method.outgoing(model.cpu()),
             "metrics": MetricRecord({**metrics, "num-examples": len(run.data.y_train)}),
-        }
+        },
     )
-    return Message(reply, reply_to=msg)
 
 
 @app.train("personalize")
@@ -87,7 +98,7 @@ def personalize(msg: Message, context: Context) -> Message:
     method, model = _model(msg, cfg, run)
     metrics = method.personalize(model, run)
     reply = MetricRecord({**metrics, **_counts(run), "partition-id": pid})
-    return Message(RecordDict({"metrics": reply}), reply_to=msg)
+    return _reply(msg, run, {"metrics": reply})
 
 
 @app.evaluate()

@@ -22,6 +22,9 @@ METHODS = (
     "fedper",
     "fedrep",
     "lgfedavg",
+    "fedpac",
+    "pfedme",
+    "pfedfda",
 )
 
 
@@ -52,6 +55,14 @@ class RunConfig:
     finetune_epochs: int = 5
     ditto_mu: float = 1.0
     fedrep_body_epochs: int = 1
+    fedpac_lambda: float = 1.0
+    fedpac_head_epochs: int = 1
+    fedpac_head_learning_rate: float = 0.1
+    pfedme_lambda: float = 5.0
+    pfedme_inner_steps: int = 5
+    pfedme_personal_learning_rate: float = 0.01
+    pfedme_tolerance: float = 0.0
+    pfedfda_cv_folds: int = 2
     min_train_samples: int = 50
     test_fraction: float = 0.2
     pool_size: int = 0
@@ -108,7 +119,7 @@ class RunConfig:
         if not 0 < self.test_fraction < 1:
             raise ConfigError(f"test-fraction must lie in (0, 1), got {self.test_fraction}")
         positive_ints = ("num_server_rounds", "local_epochs", "batch_size", "min_train_samples")
-        for name in positive_ints + ("lbfgs_max_iter",):
+        for name in positive_ints + ("lbfgs_max_iter", "fedpac_head_epochs", "pfedme_inner_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{_key(name)} must be >= 1, got {getattr(self, name)}")
         for name in (
@@ -120,10 +131,24 @@ class RunConfig:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{_key(name)} must be >= 0, got {getattr(self, name)}")
-        for name in ("learning_rate", "personal_learning_rate", "lbfgs_learning_rate"):
+        for name in (
+            "learning_rate",
+            "personal_learning_rate",
+            "lbfgs_learning_rate",
+            "fedpac_head_learning_rate",
+            "pfedme_personal_learning_rate",
+        ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{_key(name)} must be > 0, got {getattr(self, name)}")
-        for name in ("momentum", "weight_decay", "lambda_", "ditto_mu"):
+        for name in (
+            "momentum",
+            "weight_decay",
+            "lambda_",
+            "ditto_mu",
+            "fedpac_lambda",
+            "pfedme_lambda",
+            "pfedme_tolerance",
+        ):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"{_key(name)} must be >= 0, got {getattr(self, name)}")
         if not 1 <= self.fedrep_body_epochs <= self.local_epochs:
@@ -131,6 +156,8 @@ class RunConfig:
                 f"fedrep-body-epochs must lie in [1, local-epochs={self.local_epochs}], "
                 f"got {self.fedrep_body_epochs}"
             )
+        if self.pfedfda_cv_folds < 2:
+            raise ConfigError(f"pfedfda-cv-folds must be >= 2, got {self.pfedfda_cv_folds}")
         if not (self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
 

@@ -19,7 +19,7 @@ from .config import ConfigError, RunConfig
 from .data import load_pool, resolve_dataset
 from .methods import get_method
 from .results import RunWriter
-from .strategies import PersonalizedFedAvg, PFedGM
+from .strategies import FedPAC, PersonalizedFedAvg, PFedFDA, PFedGM
 
 app = ServerApp()
 
@@ -141,7 +141,8 @@ def build_strategy(
         node_ranks=node_ranks,
         seed=cfg.seed,
     )
-    return PFedGM(**kwargs) if cfg.method == "pfedgm" else PersonalizedFedAvg(**kwargs)
+    strategy = {"pfedgm": PFedGM, "fedpac": FedPAC, "pfedfda": PFedFDA}
+    return strategy.get(cfg.method, PersonalizedFedAvg)(**kwargs)
 
 
 def discover_clients(grid: Grid, cfg: RunConfig) -> dict[int, dict]:

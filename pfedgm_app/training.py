@@ -57,7 +57,7 @@ def run_epochs(
     step: Step,
     x: torch.Tensor,
     y: torch.Tensor,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | None,
     epochs: int,
     batch_size: int = 50,
     generator: torch.Generator | None = None,
@@ -66,7 +66,8 @@ def run_epochs(
     """`epochs` passes of mini-batch optimization of `step(xb, yb) -> loss` over (x, y).
 
     Returns the mean loss and the number of sample-passes. `after_step` runs after each
-    optimizer step (projections, running statistics).
+    optimizer step (projections, running statistics). With `optimizer=None` the step updates
+    the weights itself (pFedMe's bi-level step) and its returned loss is only recorded.
     """
     n = len(x)
     total, passes = 0.0, 0
@@ -74,10 +75,13 @@ def run_epochs(
         order = torch.randperm(n, generator=generator).to(x.device)
         for start in range(0, n, batch_size):
             idx = order[start : start + batch_size]
-            optimizer.zero_grad(set_to_none=True)
-            loss = step(x[idx], y[idx])
-            loss.backward()
-            optimizer.step()
+            if optimizer is None:
+                loss = step(x[idx], y[idx])
+            else:
+                optimizer.zero_grad(set_to_none=True)
+                loss = step(x[idx], y[idx])
+                loss.backward()
+                optimizer.step()
             if after_step is not None:
                 after_step()
             total += loss.item() * len(idx)

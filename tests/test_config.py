@@ -16,6 +16,8 @@ def test_defaults_are_the_papers():
     assert (c.local_epochs, c.lambda_, c.fraction_train, c.method) == (5, 1.0, 0.3, "pfedgm")
     assert (c.personal_epochs, c.personal_learning_rate) == (5, 0.05)
     assert (c.lbfgs_learning_rate, c.lbfgs_max_iter, c.lbfgs_cycles) == (0.05, 10, 5)
+    # baselines as tuned in the paper (Ditto mu 1, FedPAC lambda 1, pFedMe lambda 5)
+    assert (c.ditto_mu, c.fedpac_lambda, c.pfedme_lambda) == (1.0, 1.0, 5.0)
 
 
 def test_pyproject_defaults_match_the_dataclass():
@@ -46,6 +48,12 @@ def test_config_methods_match_the_plugins():
         ({"learning-rate": 0.0}, "learning-rate must be > 0"),
         ({"lambda": -1.0}, "lambda must be >= 0"),
         ({"ditto-mu": -1.0}, "ditto-mu must be >= 0"),
+        ({"fedpac-lambda": -0.5}, "fedpac-lambda must be >= 0"),
+        ({"fedpac-head-learning-rate": 0.0}, "fedpac-head-learning-rate must be > 0"),
+        ({"pfedme-lambda": -5.0}, "pfedme-lambda must be >= 0"),
+        ({"pfedme-inner-steps": 0}, "pfedme-inner-steps must be >= 1"),
+        ({"pfedme-tolerance": -1e-3}, "pfedme-tolerance must be >= 0"),
+        ({"pfedfda-cv-folds": 1}, "pfedfda-cv-folds must be >= 2"),
         ({"fedrep-body-epochs": 6}, "fedrep-body-epochs must lie in [1, local-epochs=5]"),
         ({"batch-size": 2.5}, "batch-size must be int"),
         ({"device": "tpu"}, "device must be"),

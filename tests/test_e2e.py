@@ -58,7 +58,19 @@ def test_learning_pfedgm_beats_fedavg_on_cifar10_dir01(flower_env, tmp_path, cif
 
 
 @pytest.mark.parametrize(
-    "method", ["fedavgft", "local", "ditto", "fedbabu", "fedper", "fedrep", "lgfedavg"]
+    "method",
+    [
+        "fedavgft",
+        "local",
+        "ditto",
+        "fedbabu",
+        "fedper",
+        "fedrep",
+        "lgfedavg",
+        "fedpac",
+        "pfedme",
+        "pfedfda",
+    ],  # fmt: skip
 )
 def test_baselines_run_end_to_end(flower_env, tmp_path, mnist, method):
     """Each baseline finishes through `flwr run` (MNIST, 2 clients, both trained in both rounds),

@@ -203,3 +203,67 @@ def test_fedrep_trains_head_then_body_and_keeps_the_head(monkeypatch):
     body = {id(p) for p in model.generator.parameters()}
     assert calls == [(head, 2), (body, 1)]
     assert set(method.outgoing(model)) == set(model.state_dict()) - {"head.weight", "head.bias"}
+
+
+def test_fedpac_sends_the_body_and_its_statistics_and_loads_its_combined_head():
+    method, run, model, before = _train_round("fedpac")
+    heads = {"head.weight", "head.bias"}
+    assert set(method.outgoing(model)) == set(model.state_dict()) - heads  # body only
+    assert set(run.sent) == heads | {"protos", "class-counts", "variance", "h-ref"}
+    assert run.sent["protos"].shape == (K, 128) and run.sent["class-counts"].sum() == 60
+    assert not torch.equal(model.head.weight, before["head.weight"])  # the head epoch ran
+    # next message: the server's combination for this client replaces the kept head
+    combined = {"head.weight": torch.ones(K, 128), "head.bias": torch.zeros(K)}
+    nxt = _run()
+    nxt.state, nxt.received = run.state, combined
+    fresh = _model("fedpac")
+    method.restore(fresh, nxt.state)
+    assert torch.equal(fresh.head.weight, model.head.weight)
+    method.personalize(fresh, nxt)
+    assert torch.equal(fresh.head.weight, combined["head.weight"])
+
+
+def test_fedpac_aligns_features_to_the_global_prototypes_with_weight_lambda():
+    """With global prototypes received, lambda changes the body; lambda = 0 is plain FedRep-like."""
+    protos = {"protos": torch.full((K, 128), 5.0), "protos-count": torch.ones(K)}
+    bodies = []
+    for lam in (0.0, 1.0):
+        run = _run(fedpac_lambda=lam)
+        run.received = dict(protos)
+        model = _model("fedpac")
+        get_method("fedpac").train(model, run)
+        bodies.append(model.generator.features[0].weight.detach().clone())
+    assert not torch.allclose(bodies[0], bodies[1])
+
+
+def test_pfedme_sends_w_keeps_theta_and_theta_is_pulled_toward_w_as_lambda_grows():
+    from pfedgm_app.methods.pfedme import PERSONAL_RECORD
+
+    distances = []
+    for lam in (0.5, 5.0, 50.0):
+        method, run = get_method("pfedme"), _run(pfedme_lambda=lam, learning_rate=0.001)
+        model = _model("pfedme")
+        metrics = method.train(model, run)
+        assert set(method.outgoing(model)) == set(model.state_dict())  # w leaves the client
+        theta = run.state[PERSONAL_RECORD].to_torch_state_dict()  # theta stays
+        w = model.state_dict()
+        distances.append(sum((theta[k] - w[k]).pow(2).sum() for k in w).sqrt().item())
+        assert metrics["pfedme-inner-grad-norm"] > 0
+    assert distances[0] > distances[1] > distances[2] > 0
+    result = method.personalize(model, run)
+    assert {"accuracy", "acc-global", "pfedme-inner-grad-norm"} <= set(result)
+
+
+def test_pfedfda_trains_the_body_only_and_sends_interpolated_statistics():
+    method, run, model, before = _train_round("pfedfda")
+    sent = set(method.outgoing(model))
+    assert {"head.mu", "head.cov"} <= sent and "head.weight" not in sent  # W is derived
+    assert not torch.equal(
+        model.generator.features[0].weight, before["generator.features.0.weight"]
+    )
+    cov = model.head.cov
+    assert torch.allclose(cov, cov.T) and torch.linalg.eigvalsh(cov).min() > 0
+    assert not torch.equal(model.head.mu, before["head.mu"])  # interpolated toward local
+    result = method.personalize(model, run)
+    assert 0 <= result["pfedfda-beta-mean"] <= 1 and 0 <= result["pfedfda-beta-cov"] <= 1
+    assert {"accuracy", "acc-global"} <= set(result)

@@ -109,3 +109,56 @@ def test_summary_is_test_size_weighted_mean_and_std_across_clients():
     assert result.means == {"acc-x": pytest.approx(25.0)}
     with pytest.raises(RuntimeError, match="no client answered"):
         summarize([], "accuracy", "num-test", ["node 1: boom"])
+
+
+def _reply_with_extras(node, arrays, n, extras):
+    msg = _reply(node, arrays, n)
+    msg.content["extras"] = extras
+    return msg
+
+
+def test_fedpac_averages_body_aggregates_prototypes_and_combines_heads_per_client():
+    from pfedgm_app.strategies import FedPAC
+
+    K, d = 3, 2
+    current = _arrays(w=[0.0, 0.0], **{"head.weight": np.zeros((K, d)), "head.bias": np.zeros(K)})
+    rng = np.random.default_rng(0)
+    extras, replies = {}, []
+    for node, n, counts in ((1, 100, [50, 50, 0]), (2, 300, [0, 100, 200])):
+        extras[node] = {
+            "head.weight": rng.normal(size=(K, d)), "head.bias": rng.normal(size=K),
+            "protos": rng.normal(size=(K, d)), "class-counts": np.array(counts, float),
+            "variance": np.array([1.0]), "h-ref": rng.normal(size=(K, d)),
+        }  # fmt: skip
+        replies.append(
+            _reply_with_extras(node, _arrays(w=[node, node]), n, _arrays(**extras[node]))
+        )
+    strategy = FedPAC()
+    arrays, _ = _aggregate(strategy, current, replies)
+    np.testing.assert_allclose(arrays["w"].numpy(), [1.75, 1.75])  # body: FedAvg
+    assert np.array_equal(arrays["head.weight"].numpy(), np.zeros((K, d)))  # heads not averaged
+    # prototypes: per-class average weighted by class counts; class 0 only from node 1
+    protos = strategy.global_protos
+    np.testing.assert_allclose(protos[0], extras[1]["protos"][0], rtol=1e-6)
+    np.testing.assert_allclose(
+        protos[1], (extras[1]["protos"][1] + 2 * extras[2]["protos"][1]) / 3, rtol=1e-5
+    )
+    # each client's next head is a convex combination of the participants' heads
+    for node in (1, 2):
+        alpha = strategy.last_weights[node]
+        assert sum(alpha.values()) == pytest.approx(1)
+        expect = sum(a * extras[j]["head.bias"] for j, a in alpha.items())
+        np.testing.assert_allclose(strategy.heads[node]["head.bias"], expect, rtol=1e-5)
+        sent = strategy.extras_for(node)
+        assert {"protos", "protos-count", "head.weight", "head.bias"} == set(sent)
+    assert set(strategy.extras_for(99)) == {"protos", "protos-count"}  # never trained: no head
+
+
+def test_pfedfda_drops_a_covariance_that_is_not_positive_definite():
+    from pfedgm_app.strategies import PFedFDA
+
+    current = _arrays(**{"head.cov": np.eye(2)})
+    good = _arrays(**{"head.cov": 2 * np.eye(2)})
+    bad = _arrays(**{"head.cov": [[1.0, 2.0], [2.0, 1.0]]})  # eigenvalues 3, -1
+    arrays, _ = _aggregate(PFedFDA(), current, [_reply(1, good, 10), _reply(2, bad, 10)])
+    np.testing.assert_allclose(arrays["head.cov"].numpy(), 2 * np.eye(2))

@@ -1,9 +1,12 @@
 """Client-side method plug-ins, selected by the `method` run-config key."""
 
-from .base import ClientRun, Method
+from .base import EXTRAS_RECORD, ClientRun, Method
 from .ditto import Ditto
 from .fedavg import FedAvg, FedAvgFT, Local
+from .fedpac import FedPAC
+from .pfedfda import PFedFDA
 from .pfedgm import PFedGM
+from .pfedme import PFedMe
 from .split import FedBABU, FedPer, FedRep, LGFedAvg
 
 METHODS: dict[str, Method] = {
@@ -18,6 +21,9 @@ METHODS: dict[str, Method] = {
         FedPer(),
         FedRep(),
         LGFedAvg(),
+        FedPAC(),
+        PFedMe(),
+        PFedFDA(),
     )
 }
 
@@ -29,4 +35,4 @@ def get_method(name: str) -> Method:
         raise ValueError(f"unknown method {name!r}; choose one of {sorted(METHODS)}") from None
 
 
-__all__ = ["METHODS", "ClientRun", "Method", "get_method"]
+__all__ = ["EXTRAS_RECORD", "METHODS", "ClientRun", "Method", "get_method"]

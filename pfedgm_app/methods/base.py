@@ -6,7 +6,7 @@ client (stored in `context.state`, never sent), and personalizes + evaluates at 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from flwr.app import ArrayRecord, RecordDict
@@ -18,6 +18,7 @@ from ..models import FEATURE_DIM, Model, build_generator
 from ..training import accuracy, make_sgd, run_epochs, supervised_step
 
 KEPT_RECORD = "kept-arrays"  # context.state key of the parameters a client never sends
+EXTRAS_RECORD = "extras"  # message ArrayRecord of non-model arrays (statistics, personal heads)
 
 
 @dataclass
@@ -29,6 +30,10 @@ class ClientRun:
     state: RecordDict
     generator: torch.Generator  # seeded per (seed, round, client)
     device: torch.device
+    # Non-model arrays: `received` from the server's "extras" record (e.g. FedPAC's global
+    # prototypes), `sent` back in the reply's (statistics the server aggregates).
+    received: dict[str, torch.Tensor] = field(default_factory=dict)
+    sent: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def epochs(self, step, params, epochs: int, lr: float | None = None, after_step=None) -> dict:
         """The shared training loop with the run's optimizer settings."""

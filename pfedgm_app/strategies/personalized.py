@@ -26,6 +26,7 @@ from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
 RoundHook = Callable[[int, ArrayRecord, MetricRecord | None], None]
+EXTRAS_KEY = "extras"  # ArrayRecord of non-model arrays, in both directions
 
 
 @dataclass
@@ -59,6 +60,10 @@ class PersonalizedFedAvg(FedAvg):
     - With `node_ranks` (node id -> a stable client index, e.g. its partition id), clients are
       sampled by that index with `random.Random(seed)`: runs of different methods with the same
       seed train the same clients in the same rounds (node ids change from run to run).
+    - Non-model arrays travel in a second ArrayRecord, `"extras"`: a reply's extras (client
+      statistics) are taken out before averaging and handed to `aggregate_extras`; the server
+      adds `extras_for(node_id)` (global statistics, a client's own head) to each message.
+      Both hooks do nothing here; FedPAC and pFedFDA override them.
 
     All keyword arguments of `flwr.serverapp.strategy.FedAvg` are accepted.
     """
@@ -99,6 +104,31 @@ class PersonalizedFedAvg(FedAvg):
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         return self._construct_messages(record, chosen, MessageType.TRAIN)
 
+    def _construct_messages(
+        self, record: RecordDict, node_ids: list[int], message_type: str
+    ) -> Iterable[Message]:
+        """One message per node, with that node's `extras_for` added when it has any."""
+        messages = []
+        for node in node_ids:
+            extras = self.extras_for(node)
+            content = record
+            if extras is not None:
+                content = RecordDict({**dict(record.items()), EXTRAS_KEY: extras})
+            messages.append(Message(content=content, message_type=message_type, dst_node_id=node))
+        return messages
+
+    def extras_for(self, node_id: int) -> ArrayRecord | None:
+        """Non-model arrays to send to `node_id` with its next message (none by default)."""
+        return None
+
+    def aggregate_extras(
+        self, server_round: int, arrays: ArrayRecord, extras: dict[int, tuple[float, ArrayRecord]]
+    ) -> ArrayRecord:
+        """Fold the clients' extras ({node id: (weight, arrays)}) into the server's state and/or
+        the new global `arrays`; returns the global arrays. Ignores them by default.
+        """
+        return arrays
+
     def reject_reason(self, content: RecordDict) -> str | None:
         """Why a train reply must not enter the aggregate, or None. Override to add checks."""
         for record in content.array_records.values():
@@ -111,14 +141,22 @@ class PersonalizedFedAvg(FedAvg):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         kept = []  # error replies stay in: FedAvg logs and skips them
+        extras: dict[int, tuple[float, ArrayRecord]] = {}
         for msg in replies:
             reason = None if msg.has_error() else self.reject_reason(msg.content)
             if reason:
                 log(WARNING, "Dropping update of node %d: %s", msg.metadata.src_node_id, reason)
-            else:
-                kept.append(msg)
+                continue
+            kept.append(msg)
+            if not msg.has_error() and EXTRAS_KEY in msg.content:
+                weight = float(
+                    next(iter(msg.content.metric_records.values()))[self.weighted_by_key]
+                )
+                extras[msg.metadata.src_node_id] = (weight, msg.content.pop(EXTRAS_KEY))
         arrays, metrics = super().aggregate_train(server_round, kept)
         arrays = merge_arrays(self._current, arrays)
+        if arrays is not None and extras:
+            arrays = self.aggregate_extras(server_round, arrays, extras)
         if metrics is not None:  # totals next to FedAvg's weighted means: cost accounting
             valid = [m for m in kept if not m.has_error()]
             metrics["num-clients"] = len(valid)
@@ -143,10 +181,7 @@ class PersonalizedFedAvg(FedAvg):
             len(nodes),
         )
         content = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
-        messages = [
-            Message(content=content, message_type=self.personalize_message_type, dst_node_id=n)
-            for n in nodes
-        ]
+        messages = self._construct_messages(content, nodes, self.personalize_message_type)
         rows, failures = [], []
         for reply in grid.send_and_receive(messages, timeout=timeout):
             node = reply.metadata.src_node_id

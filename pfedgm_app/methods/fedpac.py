@@ -1,0 +1,96 @@
+"""FedPAC (Xu, Tong & Huang, ICLR 2023): feature alignment + classifier collaboration.
+
+Each round a client (1) extracts its feature statistics (V_i, H_i) with the received body,
+(2) trains its head for `fedpac-head-epochs` (1) at `fedpac-head-learning-rate` (0.1) with the
+body fixed, (3) trains the body for `local-epochs` with the head fixed on cross-entropy plus
+`fedpac-lambda` * MSE(z, c_y), c_y the server's global prototype of class y (the client's own
+class mean from the start of the round where the server has none; no alignment in the first
+round), and (4) sends the body (averaged by the server) plus, in the extras record, its head,
+its class means after training with their counts, and (V_i, H_i). The server combines the
+heads per client (`strategies.FedPAC`) and sends client i its combination with its next message.
+These are the settings of the authors' code (`JianXu95/FedPAC`, `LocalUpdate_FedPAC`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..gaussian import class_means
+from ..models import Model
+from ..training import apply_batched, frozen, supervised_step
+from .base import ClientRun, Method
+from .split import head_keys
+
+
+def feature_statistics(
+    z: torch.Tensor, y: torch.Tensor, num_classes: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """FedPAC's (V_i, H_i) from features z (N, d) with labels y.
+
+    H_i[k] = p_k mu_k (zero for absent classes) and
+    V_i = 1/N sum_k [p_k E_k ||z||^2 - p_k^2 ||mu_k||^2], with p_k = N_k / N: the formula of the
+    authors' `statistics_extraction`, including its p_k^2 on the mean term and its final 1/N.
+    """
+    means, counts = class_means(z, y, num_classes, z.new_zeros(z.shape[1]))
+    p = counts / len(y)
+    sq = z.new_zeros(num_classes).index_add_(0, y, (z * z).sum(1))
+    mean_sq = sq / counts.clamp(min=1)
+    v = (p * mean_sq - p**2 * (means * means).sum(1)).sum() / len(y)
+    return v, p[:, None] * means
+
+
+class FedPAC(Method):
+    name = "fedpac"
+
+    def kept_keys(self, model: Model) -> list[str]:
+        return head_keys(model)
+
+    def train(self, model: Model, run: ClientRun) -> dict:
+        cfg, gen, head = run.cfg, model.generator, model.head
+        x, y, num_classes = run.data.x_train, run.data.y_train, run.data.num_classes
+        self._receive_head(model, run)
+        z = apply_batched(gen, x)
+        variance, h_ref = feature_statistics(z, y, num_classes)
+        local, _ = class_means(z, y, num_classes, z.new_zeros(z.shape[1]))
+        targets = None
+        if "protos" in run.received:  # from round 2 on
+            known = run.received["protos-count"] > 0
+            targets = torch.where(known[:, None], run.received["protos"], local)
+
+        task = supervised_step(model)
+        with frozen(gen):
+            run.epochs(
+                task, head.parameters(), cfg.fedpac_head_epochs, cfg.fedpac_head_learning_rate
+            )
+
+        def aligned_step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+            zb = gen(xb)
+            loss = F.cross_entropy(head(zb), yb)
+            if targets is not None:
+                loss = loss + cfg.fedpac_lambda * F.mse_loss(zb, targets[yb])
+            return loss
+
+        with frozen(head):
+            metrics = run.epochs(aligned_step, gen.parameters(), cfg.local_epochs)
+        protos, counts = class_means(apply_batched(gen, x), y, num_classes, local)
+        run.sent = {
+            **{k: v for k, v in model.state_dict().items() if k.startswith("head.")},
+            "protos": protos,
+            "class-counts": counts,
+            "variance": variance.reshape(1),
+            "h-ref": h_ref,
+        }
+        return metrics
+
+    def personalize(self, model: Model, run: ClientRun) -> dict:
+        """The client's combined head (from its last round) on the final global body."""
+        self._receive_head(model, run)
+        return super().personalize(model, run)
+
+    @staticmethod
+    def _receive_head(model: Model, run: ClientRun) -> None:
+        """Load the head the server combined for this client (absent before its first round)."""
+        combined = {k: v for k, v in run.received.items() if k.startswith("head.")}
+        if combined:
+            model.load_state_dict(combined, strict=False)
