@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from pfedgm_app.config import METHODS
 from pfedgm_app.launch import run_app
 
 pytestmark = pytest.mark.e2e
@@ -57,21 +58,8 @@ def test_learning_pfedgm_beats_fedavg_on_cifar10_dir01(flower_env, tmp_path, cif
     assert {"acc-global", "acc-global-cov", "acc-finetune"} <= set(gm["ablation_mean_accuracy"])
 
 
-@pytest.mark.parametrize(
-    "method",
-    [
-        "fedavgft",
-        "local",
-        "ditto",
-        "fedbabu",
-        "fedper",
-        "fedrep",
-        "lgfedavg",
-        "fedpac",
-        "pfedme",
-        "pfedfda",
-    ],  # fmt: skip
-)
+# pfedgm and fedavg run in the learning test above
+@pytest.mark.parametrize("method", [m for m in METHODS if m not in ("pfedgm", "fedavg")])
 def test_baselines_run_end_to_end(flower_env, tmp_path, mnist, method):
     """Each baseline finishes through `flwr run` (MNIST, 2 clients, both trained in both rounds),
     writes its outputs and beats chance."""
