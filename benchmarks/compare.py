@@ -2,6 +2,8 @@
 
     python benchmarks/compare.py --methods pfedgm,fedavgft,fedavg --alpha 0.5 \\
         --clients 100 --rounds 50 --out /abs/results/dir05
+    python benchmarks/compare.py --methods all --alpha 0.1 --clients 20 --rounds 10 \\
+        --pool-size 12000 --out /abs/results/small-dir01      # every method, a quick table
 
 Each method's outputs go to OUT/<method>; a method whose `summary.json` already exists there is
 not run again (so an interrupted comparison resumes). Prints `mean (std)` per method, the
@@ -16,6 +18,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from pfedgm_app.config import METHODS
 from pfedgm_app.launch import offline_env, run_app, stop_local_superlink
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,10 +34,14 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.3)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pool-size", type=int, default=0, help="0 = all images (the paper)")
     parser.add_argument("--cpus-per-client", type=float, default=1)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    methods = args.methods.split(",")
+    methods = list(METHODS) if args.methods == "all" else args.methods.split(",")
+    if "fedavg" in methods:  # the time baseline runs first
+        methods.remove("fedavg")
+        methods.insert(0, "fedavg")
     out = args.out.resolve()
     home = Path(tempfile.mkdtemp(prefix="compare-flwr-home-"))
     env = offline_env(home)
@@ -53,6 +60,7 @@ def main() -> None:
                 "fraction-train": args.fraction,
                 "local-epochs": args.epochs,
                 "seed": args.seed,
+                "pool-size": args.pool_size,
                 "output-dir": str(target),
             }
             run = run_app(cfg, args.clients, env, args.cpus_per_client, timeout=24 * 3600)

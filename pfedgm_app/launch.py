@@ -2,7 +2,9 @@
 
 `flwr run` returns as soon as the run is submitted, and `flwr run --stream` exits 0 even when
 the run fails, so `run_app` submits with `--format json`, polls `flwr list` until the run is
-finished, and returns its status, its log and the `summary.json` it wrote.
+finished, and returns its status, its log and the `summary.json` it wrote. Runs go to the
+simulation engine, or to a federation of real SuperLink and SuperNode processes that
+`start_deployment` starts on this machine (the deployment path, one process per SuperNode).
 """
 
 from __future__ import annotations
@@ -70,12 +72,21 @@ def run_app(
     cpus_per_client: float = 1,
     timeout: float = 3600,
     app_dir: Path = APP_DIR,
+    federation: str | None = None,
 ) -> FlowerRun:
-    """Submit a simulation run, wait until it finishes, collect status, log and summary."""
+    """Submit a run, wait until it finishes, collect status, log and summary.
+
+    Without `federation`, a simulation of `num_supernodes` SuperNodes; with it, the named
+    federation of `$FLWR_HOME/config.toml` (e.g. one from `start_deployment`).
+    """
     started = time.time()
-    federation = f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client}"
-    cmd = ["flwr", "run", str(app_dir), "--run-config", run_config_arg(run_config)]
-    cmd += ["--federation-config", federation, "--format", "json"]
+    cmd = ["flwr", "run", str(app_dir)]
+    if federation is None:
+        sim = f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client}"
+        cmd += ["--federation-config", sim]
+    else:
+        cmd += [federation]
+    cmd += ["--run-config", run_config_arg(run_config), "--format", "json"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     try:
         submitted = json.loads(out.stdout[out.stdout.index("{") :])
@@ -84,25 +95,27 @@ def run_app(
     if not submitted.get("success"):
         raise RuntimeError(f"flwr run failed to submit:\n{out.stdout}\n{out.stderr}")
     run_id = str(submitted["run-id"])
-    status = _wait(run_id, env, started + timeout)
-    log = _flwr(["log", run_id, "--show"], env, check=False).stdout
+    link = [] if federation is None else [federation]  # where `flwr list/log/stop` must look
+    status = _wait(run_id, env, started + timeout, link)
+    log = _flwr(["log", run_id, *link, "--show"], env, check=False).stdout
     output_dir = _output_dir(log)
     summary_path = output_dir / "summary.json" if output_dir else None
     summary = json.loads(summary_path.read_text()) if summary_path and summary_path.exists() else {}
     return FlowerRun(run_id, status, log, output_dir, summary, time.time() - started)
 
 
-def _wait(run_id: str, env: dict[str, str], deadline: float) -> str:
+def _wait(run_id: str, env: dict[str, str], deadline: float, link: list[str]) -> str:
     # Each `flwr list` is a new Python process (~1 s of CPU): poll sparsely, the run shares
     # the machine's cores with this loop.
     pause = 1.0
     while True:
-        listing = json.loads(_flwr(["list", "--run-id", run_id, "--format", "json"], env).stdout)
+        cmd = ["list", *link, "--run-id", run_id, "--format", "json"]
+        listing = json.loads(_flwr(cmd, env).stdout)
         status = listing["runs"][0]["status"]
         if status.startswith("finished"):
             return status
         if time.time() > deadline:
-            _flwr(["stop", run_id], env, check=False)
+            _flwr(["stop", run_id, *link], env, check=False)
             return f"timeout ({status})"
         time.sleep(pause)
         pause = min(pause * 1.5, 10.0)
@@ -120,21 +133,93 @@ def _output_dir(log: str) -> Path | None:
     return None
 
 
+@dataclass
+class Deployment:
+    """A SuperLink and its SuperNodes running as separate processes on this machine."""
+
+    federation: str
+    processes: list[subprocess.Popen]
+
+    def stop(self) -> None:
+        """Stop every process of the deployment and what each spawned (SuperExec, ClientApps)."""
+        _kill(process_tree([p.pid for p in self.processes]))
+
+
+def start_deployment(
+    flwr_home: Path,
+    node_configs: list[str],
+    env: dict[str, str],
+    federation: str = "deployment",
+    startup_timeout: float = 120,
+) -> Deployment:
+    """Start `flower-superlink` and one `flower-supernode` per entry of `node_configs` (their
+    `--node-config`, e.g. "partition-id=0 num-partitions=2"), insecure, on free local ports,
+    and register them as `federation` in `$FLWR_HOME/config.toml`. Logs go to
+    `flwr_home/<process>.log`. Call `.stop()` when done.
+    """
+    flwr_home.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    procs = [
+        _spawn(
+            ["flower-superlink", "--insecure", "--port", str(port),
+             "--disable-runtime-dependency-installation", "--database",
+             str(flwr_home / f"{federation}.db")],
+            env, flwr_home / "superlink.log",
+        )
+    ]  # fmt: skip
+    try:
+        _wait_for_port(port, startup_timeout)
+        for i, node_config in enumerate(node_configs):
+            cmd = ["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{port}"]
+            cmd += ["--port", str(_free_port()), "--node-config", node_config]
+            procs.append(_spawn(cmd, env, flwr_home / f"supernode-{i}.log"))
+    except BaseException:
+        Deployment(federation, procs).stop()
+        raise
+    config = flwr_home / "config.toml"
+    text = config.read_text() if config.exists() else _DEFAULT_CONFIG
+    text += f'\n[superlink.{federation}]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
+    config.write_text(text)
+    return Deployment(federation, procs)
+
+
+_DEFAULT_CONFIG = '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
+
+
+def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _wait_for_port(port: int, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise RuntimeError(f"the SuperLink did not open port {port} within {timeout}s")
+
+
 def stop_local_superlink(flwr_home: Path) -> int:
     """Stop the managed SuperLink that `flwr run` started for `flwr_home` (or any FLWR_HOME below
     that folder), with every process it spawned (SuperExec, the simulation, its Ray cluster).
     Returns how many processes were signalled.
     """
     doomed = superlink_tree(flwr_home)
+    _kill(doomed)
+    return len(doomed)
+
+
+def _kill(pids: set[int]) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in doomed:
+        for pid in pids:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-        if sig == signal.SIGTERM:
+        if sig == signal.SIGTERM and pids:
             time.sleep(2)
-    return len(doomed)
 
 
 def superlink_tree(flwr_home: Path) -> set[int]:
@@ -142,8 +227,17 @@ def superlink_tree(flwr_home: Path) -> set[int]:
     process below them. The whole tree is collected first: killed parents re-parent orphans.
     """
     marker = str(Path(flwr_home))
+    roots = [
+        pid for pid in _parent_pids() if "flower-superlink" in (c := _cmdline(pid)) and marker in c
+    ]
+    return process_tree(roots)
+
+
+def process_tree(roots: list[int]) -> set[int]:
+    """`roots` and every process below them (collected before anything is killed, since killed
+    parents re-parent their orphans).
+    """
     parents = _parent_pids()
-    roots = [pid for pid in parents if "flower-superlink" in (c := _cmdline(pid)) and marker in c]
     tree, frontier = set(roots), list(roots)
     while frontier:
         pid = frontier.pop()

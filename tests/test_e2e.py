@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pfedgm_app.config import METHODS
-from pfedgm_app.launch import run_app
+from pfedgm_app.launch import offline_env, run_app, start_deployment
 
 pytestmark = pytest.mark.e2e
 
@@ -90,3 +90,24 @@ def test_bad_input_fails_the_run_with_its_error(flower_env, tmp_path, cifar10, o
     assert run.status == "finished:failed", run.status
     assert message in run.log
     assert "[ROUND 1" not in run.log
+
+
+def test_deployment_with_real_supernodes_keeps_client_state(tmp_path, mnist):
+    """The deployment path: a SuperLink and two SuperNode processes (partition given by
+    --node-config), one fresh ClientApp process per message. FedPer's heads live only in each
+    SuperNode's `context.state`: a personalized accuracy far above chance needs them to persist
+    across rounds and into the personalize round.
+    """
+    home = tmp_path / "flwr-home"
+    env = {**offline_env(home), "OMP_NUM_THREADS": "1"}
+    nodes = [f"partition-id={i} num-partitions=2" for i in range(2)]
+    deployment = start_deployment(home, nodes, env)
+    try:
+        cfg = {**SMALL, "method": "fedper", "fraction-train": 1.0, "pool-size": 3000,
+               "client-threads": 1, "dataset": str(mnist)}  # fmt: skip
+        cfg["output-dir"] = str(tmp_path / "out")
+        run = run_app(cfg, 2, env, timeout=900, federation=deployment.federation)
+    finally:
+        deployment.stop()
+    summary = _check_outputs(run, "fedper", 2, 2)
+    assert summary["mean_accuracy"] > 40, summary  # chance is 10%
