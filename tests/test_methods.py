@@ -267,3 +267,35 @@ def test_pfedfda_trains_the_body_only_and_sends_interpolated_statistics():
     result = method.personalize(model, run)
     assert 0 <= result["pfedfda-beta-mean"] <= 1 and 0 <= result["pfedfda-beta-cov"] <= 1
     assert {"accuracy", "acc-global"} <= set(result)
+
+
+# What leaves the client in the "arrays" record, per method (the rest stays in context.state or
+# is never kept). Every method must have an entry: a new method must declare what it sends.
+BODY, HEAD = "generator.", "head."
+SENT = {
+    "pfedgm": {BODY, HEAD},  # generator, navigator and covariance
+    "fedavg": {BODY, HEAD},
+    "fedavgft": {BODY, HEAD},
+    "local": set(),
+    "ditto": {BODY, HEAD},  # the global model; the personal one stays
+    "fedbabu": {BODY, HEAD},  # the head is the fixed random one
+    "fedper": {BODY},
+    "fedrep": {BODY},
+    "lgfedavg": {HEAD},
+    "fedpac": {BODY},  # the head goes in "extras", to be combined, never averaged
+    "pfedme": {BODY, HEAD},  # w; theta stays
+    "pfedfda": {BODY, HEAD},  # head = the interpolated statistics (mu, Sigma)
+}
+
+
+def test_every_method_declares_what_leaves_the_client():
+    from pfedgm_app.methods import METHODS
+
+    assert set(SENT) == set(METHODS)
+    for name, parts in SENT.items():
+        model = _model(name)
+        sent = set(get_method(name).outgoing(model))
+        kept = set(get_method(name).kept_keys(model))
+        expect = {k for k in model.state_dict() if k.startswith(tuple(parts))}
+        assert sent == expect, name
+        assert kept == set(model.state_dict()) - sent, name  # kept = exactly what is not sent
