@@ -148,8 +148,11 @@ def build_strategy(
 def discover_clients(grid: Grid, cfg: RunConfig) -> dict[int, dict]:
     """Query every SuperNode for its partition; wait until `num-partitions` of them answered.
 
-    Raises ConfigError when fewer SuperNodes than partitions connect within
-    `node-wait-timeout`, when they disagree on `num-partitions`, or share a `partition-id`.
+    A query's reply may take long (a client decodes its data first; on a loaded machine 100 of
+    them take minutes), so each query waits up to `round-timeout`, and `node-wait-timeout`
+    counts only the time in which no new SuperNode answers. Raises ConfigError when fewer
+    SuperNodes than partitions answer by then, when they disagree on `num-partitions`, or share
+    a `partition-id`.
     """
     deadline = time.time() + cfg.node_wait_timeout
     infos: dict[int, dict] = {}
@@ -161,11 +164,12 @@ def discover_clients(grid: Grid, cfg: RunConfig) -> dict[int, dict]:
             Message(RecordDict({"config": settings}), dst_node_id=n, message_type=MessageType.QUERY)
             for n in new
         ]
-        for reply in grid.send_and_receive(messages, timeout=cfg.node_wait_timeout) if new else []:
+        for reply in grid.send_and_receive(messages, timeout=cfg.round_timeout) if new else []:
             node = reply.metadata.src_node_id
             if reply.has_error():
                 raise ConfigError(f"SuperNode {node} could not load its data: {reply.error.reason}")
             infos[node] = dict(reply.content["metrics"])
+            deadline = time.time() + cfg.node_wait_timeout  # progress: wait afresh for the rest
         counts = {int(i["num-partitions"]) for i in infos.values()}
         if len(counts) > 1:
             raise ConfigError(f"SuperNodes disagree on num-partitions: {sorted(counts)}")

@@ -91,3 +91,25 @@ def test_personalize_asks_every_node_and_reports_failures():
     assert len(result.clients) == 2 and result.failures == ["node 3: boom"]
     # accuracies 0.5 (10 test samples) and 0.6 (11): test-size weighted mean
     assert result.mean_accuracy == pytest.approx(100 * (0.5 * 10 + 0.6 * 11) / 21)
+
+
+def test_slow_query_replies_do_not_count_against_the_connection_wait():
+    """Replies that take longer than node-wait-timeout in all (data decoding on a busy machine)
+    are still waited for, as long as SuperNodes keep answering."""
+    import time
+
+    class SlowGrid(FakeGrid):
+        def send_and_receive(self, messages, timeout=None):
+            replies, waited = [], 0.0
+            for msg in messages:  # one reply every 0.3 s, 1.2 s in all; none after `timeout`
+                if waited + 0.3 > timeout:
+                    time.sleep(timeout - waited)
+                    break
+                time.sleep(0.3)
+                waited += 0.3
+                replies += super().send_and_receive([msg], timeout)
+            return replies
+
+    grid = SlowGrid({n: (n, 4) for n in range(4)})
+    infos = discover_clients(grid, RunConfig(node_wait_timeout=0.5))
+    assert sorted(int(i["partition-id"]) for i in infos.values()) == [0, 1, 2, 3]
