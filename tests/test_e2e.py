@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pfedgm_app.config import METHODS
-from pfedgm_app.launch import offline_env, run_app, start_deployment
+from pfedgm_app.launch import offline_env, run_app, start_deployment, stop_local_superlink
 
 pytestmark = pytest.mark.e2e
 
@@ -109,5 +109,6 @@ def test_deployment_with_real_supernodes_keeps_client_state(tmp_path, mnist):
         run = run_app(cfg, 2, env, timeout=900, federation=deployment.federation)
     finally:
         deployment.stop()
+        stop_local_superlink(home)  # in case a CLI call started a managed one there
     summary = _check_outputs(run, "fedper", 2, 2)
     assert summary["mean_accuracy"] > 40, summary  # chance is 10%
