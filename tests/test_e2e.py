@@ -64,6 +64,8 @@ def test_baselines_run_end_to_end(flower_env, tmp_path, mnist, method):
     """Each baseline finishes through `flwr run` (MNIST, 2 clients, both trained in both rounds),
     writes its outputs and beats chance."""
     cfg = {**SMALL, "local-epochs": 3, "fraction-train": 1.0, "pool-size": 6000}
+    if method == "pfedme":  # 2 inner steps, not 5: the engine path is under test here, the
+        cfg["pfedme-inner-steps"] = 2  # inner solve is checked in test_baselines_math
     run = _run(flower_env, tmp_path, mnist, 2, method=method, **cfg)
     summary = _check_outputs(run, method, 2, 2)
     assert summary["mean_accuracy"] > 25  # chance is 10%
