@@ -68,7 +68,7 @@ def test_pfedme_without_data_term_stays_at_the_global_model():
 def test_fedpac_feature_statistics_match_the_definition():
     g = torch.Generator().manual_seed(1)
     z, y, K = torch.randn(50, 5, generator=g), torch.randint(0, 3, (50,), generator=g), 4
-    v, h = feature_statistics(z, y, K)
+    v, h, means = feature_statistics(z, y, K)
     n, v_ref = len(y), 0.0
     for k in range(K):
         zk = z[y == k]
@@ -77,6 +77,7 @@ def test_fedpac_feature_statistics_match_the_definition():
             assert not h[k].any()
             continue
         mu = zk.mean(0)
+        torch.testing.assert_close(means[k], mu)
         torch.testing.assert_close(h[k], p * mu)
         v_ref += p * torch.trace(zk.T @ zk / len(zk)) - p**2 * (mu * mu).sum()
     assert v.item() == pytest.approx(v_ref.item() / n, rel=1e-5)

@@ -25,8 +25,9 @@ from .split import head_keys
 
 def feature_statistics(
     z: torch.Tensor, y: torch.Tensor, num_classes: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """FedPAC's (V_i, H_i) from features z (N, d) with labels y.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FedPAC's (V_i, H_i) from features z (N, d) with labels y, and the class means they use
+    (zero for absent classes).
 
     H_i[k] = p_k mu_k (zero for absent classes) and
     V_i = 1/N sum_k [p_k E_k ||z||^2 - p_k^2 ||mu_k||^2], with p_k = N_k / N: the formula of the
@@ -37,7 +38,7 @@ def feature_statistics(
     sq = z.new_zeros(num_classes).index_add_(0, y, (z * z).sum(1))
     mean_sq = sq / counts.clamp(min=1)
     v = (p * mean_sq - p**2 * (means * means).sum(1)).sum() / len(y)
-    return v, p[:, None] * means
+    return v, p[:, None] * means, means
 
 
 class FedPAC(Method):
@@ -51,8 +52,7 @@ class FedPAC(Method):
         x, y, num_classes = run.data.x_train, run.data.y_train, run.data.num_classes
         self._receive_head(model, run)
         z = apply_batched(gen, x)
-        variance, h_ref = feature_statistics(z, y, num_classes)
-        local, _ = class_means(z, y, num_classes, z.new_zeros(z.shape[1]))
+        variance, h_ref, local = feature_statistics(z, y, num_classes)
         targets = None
         if "protos" in run.received:  # from round 2 on
             known = run.received["protos-count"] > 0
