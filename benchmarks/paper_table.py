@@ -1,0 +1,146 @@
+"""Print finished comparisons in the paper's table form, beside the paper's CIFAR-10 numbers.
+
+    python benchmarks/paper_table.py /abs/results/dir01 /abs/results/dir05
+
+Each argument is a `compare.py --out` folder (one Dirichlet alpha, read from its summaries).
+Prints, per method: `mean (std)` and the paper's, the training time per round relative to
+FedAvg's in the same folder and the paper's runtime ratio; then each place where our order of
+two methods is the reverse of the paper's (by more than `--margin` points in the paper).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+# The paper's CIFAR-10 results (Table "standard", 200 rounds): {method: {alpha: (mean, std)}}
+# and runtimes relative to FedAvg (Table "Time", CIFAR-10 Dir(0.5), minutes / FedAvg's 64.91).
+PAPER_CIFAR10 = {
+    "local": {0.1: (86.43, 13), 0.5: (58.64, 13)},
+    "fedavg": {0.1: (53.13, 11), 0.5: (61.53, 6.7)},
+    "fedavgft": {0.1: (89.46, 10), 0.5: (74.13, 8.5)},
+    "ditto": {0.1: (89.60, 10), 0.5: (73.60, 8.2)},
+    "fedbabu": {0.1: (87.63, 14), 0.5: (72.50, 9.1)},
+    "fedpac": {0.1: (89.59, 11), 0.5: (76.29, 8.3)},
+    "fedrep": {0.1: (87.61, 12), 0.5: (65.62, 10)},
+    "lgfedavg": {0.1: (88.35, 11), 0.5: (64.39, 10)},
+    "fedper": {0.1: (89.43, 9.9), 0.5: (65.65, 9.9)},
+    "pfedme": {0.1: (87.76, 11), 0.5: (70.54, 8.8)},
+    "pfedfda": {0.1: (90.01, 9.6), 0.5: (76.05, 7.6)},
+    "pfedgm": {0.1: (91.00, 9.4), 0.5: (77.49, 7.1)},
+}
+PAPER_TIME = {"fedavg": 64.91, "ditto": 96.08, "fedper": 61.94, "fedrep": 67.03,
+              "fedbabu": 62.34, "pfedme": 102.21, "lgfedavg": 62.68, "fedpac": 113.31,
+              "pfedfda": 164.62, "pfedgm": 81.75}  # fmt: skip
+
+
+def load_summaries(out: Path) -> dict[str, dict]:
+    """`{method: summary}` for every method with a `summary.json` under `out`, in the paper's
+    row order."""
+    return {
+        m: json.loads((out / m / "summary.json").read_text())
+        for m in PAPER_CIFAR10
+        if (out / m / "summary.json").exists()
+    }
+
+
+PROTOCOL = ("dataset", "num_clients", "rounds", "fraction_train")
+
+
+def check_same_protocol(columns: dict[float, dict[str, dict]]) -> None:
+    """Refuse to put runs of different protocols (clients, rounds, q, data) in one table."""
+    seen = {tuple(s.get(k) for k in PROTOCOL) for c in columns.values() for s in c.values()}
+    if len(seen) > 1:
+        rows = "\n  ".join(str(dict(zip(PROTOCOL, p, strict=True))) for p in sorted(seen, key=str))
+        raise SystemExit(f"these runs follow different protocols; table them apart:\n  {rows}")
+
+
+def order_departures(
+    ours: dict[str, float], paper: dict[str, float], margin: float = 1.0
+) -> list[tuple[str, str, float, float]]:
+    """Pairs `(a, b, paper_gap, our_gap)` where the paper has a above b by more than `margin`
+    points and we have a below b. Only methods present in both are compared; sorted by the
+    paper's gap, largest first.
+    """
+    common = [m for m in ours if m in paper]
+    pairs = [
+        (a, b, paper[a] - paper[b], ours[a] - ours[b])
+        for a in common
+        for b in common
+        if paper[a] - paper[b] > margin and ours[a] < ours[b]
+    ]
+    return sorted(pairs, key=lambda p: -p[2])
+
+
+def time_ratio(summaries: dict[str, dict], method: str) -> float | None:
+    """Training seconds per round relative to FedAvg's in the same comparison, if it ran."""
+    if "fedavg" not in summaries:
+        return None
+    return summaries[method]["seconds_per_round"] / summaries["fedavg"]["seconds_per_round"]
+
+
+def print_table(columns: dict[float, dict[str, dict]], margin: float = 1.0) -> None:
+    """One row per method, one column group per alpha: ours, the paper's, time ratios."""
+    alphas = sorted(columns)
+    first = next((s for c in columns.values() for s in c.values()), None)
+    if first is None:
+        print("no finished run")
+        return
+    print(f"CIFAR-10, {first['num_clients']} clients, q={first['fraction_train']}, "
+          f"{first['rounds']} rounds; accuracy % = mean weighted by test size (std across "
+          "clients); time = training seconds per round / FedAvg's in the same column")  # fmt: skip
+    print("paper = CIFAR-10 after 200 rounds; paper time = its runtime table (Dir(0.5))")
+    head = f"{'method':10s}"
+    for alpha in alphas:
+        head += f" {'Dir(' + str(alpha) + ')':>14s} {'paper':>12s} {'time':>5s}"
+    print(head + f" {'paper time':>10s}  ablation")
+    for method in PAPER_CIFAR10:
+        if not any(method in columns[a] for a in alphas):
+            continue
+        row, extras = f"{method:10s}", []
+        for alpha in alphas:
+            s = columns[alpha].get(method)
+            paper = PAPER_CIFAR10[method].get(alpha)
+            paper_acc = f"{paper[0]:.2f} ({paper[1]})" if paper else "-"
+            if s is None:
+                row += f" {'-':>14s} {paper_acc:>12s} {'-':>5s}"
+                continue
+            ratio = time_ratio(columns[alpha], method)
+            row += f" {s['mean_accuracy']:6.2f} ({s['std_accuracy']:4.1f}) {paper_acc:>12s}"
+            row += f" {ratio:5.2f}" if ratio is not None else f" {'-':>5s}"
+            abl = s.get("ablation_mean_accuracy", {})
+            extras += [f"{alpha}: {k} {v:.2f}" for k, v in abl.items()]
+        t = PAPER_TIME.get(method)
+        row += f" {t / PAPER_TIME['fedavg']:10.2f}" if t else f" {'-':>10s}"
+        print(row + "  " + ", ".join(extras))
+    for alpha in alphas:
+        ours = {m: s["mean_accuracy"] for m, s in columns[alpha].items()}
+        paper = {m: v[alpha][0] for m, v in PAPER_CIFAR10.items() if alpha in v}
+        departures = order_departures(ours, paper, margin)
+        print(f"\nDir({alpha}): {len(departures)} pair(s) in the reverse of the paper's order "
+              f"(paper gap > {margin} points)")  # fmt: skip
+        for a, b, pgap, ogap in departures:
+            print(f"  {a} < {b}: ours {ogap:+.2f}, paper {pgap:+.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("outs", nargs="+", type=Path, help="compare.py --out folders")
+    parser.add_argument("--margin", type=float, default=1.0)
+    args = parser.parse_args()
+    columns: dict[float, dict[str, dict]] = {}
+    for out in args.outs:
+        summaries = load_summaries(out.resolve())
+        if not summaries:
+            raise SystemExit(f"{out}: no <method>/summary.json here; is it a compare.py --out?")
+        alphas = {s["dirichlet_alpha"] for s in summaries.values()}
+        if len(alphas) != 1:
+            raise SystemExit(f"{out}: summaries mix Dirichlet alphas {sorted(alphas)}")
+        columns.setdefault(alphas.pop(), {}).update(summaries)
+    check_same_protocol(columns)
+    print_table(columns, args.margin)
+
+
+if __name__ == "__main__":
+    main()
