@@ -7,7 +7,7 @@
 
 Each method's outputs go to OUT/<method>; a method whose `summary.json` already exists there is
 not run again (so an interrupted comparison resumes). Prints `mean (std)` per method, the
-ablation points each method reports, and each one's training wall time relative to FedAvg's
+ablation points each method reports, and each one's wall time relative to FedAvg's
 (when FedAvg is in OUT); `paper_table.py` prints several alphas side by side.
 """
 

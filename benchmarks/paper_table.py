@@ -73,11 +73,12 @@ def order_departures(
     return sorted(pairs, key=lambda p: -p[2])
 
 
-def time_ratio(summaries: dict[str, dict], method: str) -> float | None:
-    """Training seconds per round relative to FedAvg's in the same comparison, if it ran."""
+def time_ratio(summaries: dict[str, dict], method: str, key: str = "seconds_total") -> float | None:
+    """Wall time (`seconds_total`: training and personalization, as the paper's runtime table;
+    or `seconds_per_round`: training only) relative to FedAvg's in the same comparison."""
     if "fedavg" not in summaries:
         return None
-    return summaries[method]["seconds_per_round"] / summaries["fedavg"]["seconds_per_round"]
+    return summaries[method][key] / summaries["fedavg"][key]
 
 
 def print_table(columns: dict[float, dict[str, dict]], margin: float = 1.0) -> None:
@@ -89,11 +90,12 @@ def print_table(columns: dict[float, dict[str, dict]], margin: float = 1.0) -> N
         return
     print(f"CIFAR-10, {first['num_clients']} clients, q={first['fraction_train']}, "
           f"{first['rounds']} rounds; accuracy % = mean weighted by test size (std across "
-          "clients); time = training seconds per round / FedAvg's in the same column")  # fmt: skip
+          "clients); time = wall time (training + personalization) / FedAvg's, round = training "
+          "seconds per round / FedAvg's, both in the same column")  # fmt: skip
     print("paper = CIFAR-10 after 200 rounds; paper time = its runtime table (Dir(0.5))")
     head = f"{'method':10s}"
     for alpha in alphas:
-        head += f" {'Dir(' + str(alpha) + ')':>14s} {'paper':>12s} {'time':>5s}"
+        head += f" {'Dir(' + str(alpha) + ')':>14s} {'paper':>12s} {'time':>5s} {'round':>5s}"
     print(head + f" {'paper time':>10s}  ablation")
     for method in PAPER_CIFAR10:
         if not any(method in columns[a] for a in alphas):
@@ -104,11 +106,12 @@ def print_table(columns: dict[float, dict[str, dict]], margin: float = 1.0) -> N
             paper = PAPER_CIFAR10[method].get(alpha)
             paper_acc = f"{paper[0]:.2f} ({paper[1]})" if paper else "-"
             if s is None:
-                row += f" {'-':>14s} {paper_acc:>12s} {'-':>5s}"
+                row += f" {'-':>14s} {paper_acc:>12s} {'-':>5s} {'-':>5s}"
                 continue
-            ratio = time_ratio(columns[alpha], method)
             row += f" {s['mean_accuracy']:6.2f} ({s['std_accuracy']:4.1f}) {paper_acc:>12s}"
-            row += f" {ratio:5.2f}" if ratio is not None else f" {'-':>5s}"
+            for key in ("seconds_total", "seconds_per_round"):
+                ratio = time_ratio(columns[alpha], method, key)
+                row += f" {ratio:5.2f}" if ratio is not None else f" {'-':>5s}"
             abl = s.get("ablation_mean_accuracy", {})
             extras += [f"{alpha}: {k} {v:.2f}" for k, v in abl.items()]
         t = PAPER_TIME.get(method)

@@ -35,17 +35,18 @@ def _write(out, method, **summary):
     (out / method).mkdir(parents=True)
     base = {"dataset": "d", "num_clients": 100, "rounds": 50, "fraction_train": 0.3}
     base |= {"dirichlet_alpha": 0.1, "mean_accuracy": 50.0, "std_accuracy": 1.0}
-    base |= {"seconds_per_round": 10.0}
+    base |= {"seconds_per_round": 10.0, "seconds_total": 600.0}
     (out / method / "summary.json").write_text(json.dumps(base | summary))
 
 
 def test_table_refuses_runs_of_different_protocols(tmp_path):
     _write(tmp_path / "a", "fedavg")
-    _write(tmp_path / "a", "pfedgm", seconds_per_round=12.5)
+    _write(tmp_path / "a", "pfedgm", seconds_per_round=12.5, seconds_total=900.0)
     _write(tmp_path / "b", "fedavg", dirichlet_alpha=0.5, rounds=10)
     columns = {0.1: paper_table.load_summaries(tmp_path / "a")}
     assert list(columns[0.1]) == ["fedavg", "pfedgm"]
-    assert paper_table.time_ratio(columns[0.1], "pfedgm") == pytest.approx(1.25)
+    assert paper_table.time_ratio(columns[0.1], "pfedgm") == pytest.approx(1.5)
+    assert paper_table.time_ratio(columns[0.1], "pfedgm", "seconds_per_round") == 1.25
     paper_table.check_same_protocol(columns)
     columns[0.5] = paper_table.load_summaries(tmp_path / "b")
     with pytest.raises(SystemExit, match="different protocols"):
