@@ -3,9 +3,10 @@
     python benchmarks/paper_table.py /abs/results/dir01 /abs/results/dir05
 
 Each argument is a `compare.py --out` folder (one Dirichlet alpha, read from its summaries).
-Prints, per method: `mean (std)` and the paper's, the training time per round relative to
-FedAvg's in the same folder and the paper's runtime ratio; then each place where our order of
-two methods is the reverse of the paper's (by more than `--margin` points in the paper).
+Prints, per method: `mean (std)` and the paper's; the wall time (training + personalization)
+and the training time per round, each relative to FedAvg's in the same folder; the paper's
+runtime ratio; then each place where our order of two methods is the reverse of the paper's (by
+more than `--margin` points in the paper). Folders of different protocols are refused.
 """
 
 from __future__ import annotations
