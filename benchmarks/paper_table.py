@@ -6,13 +6,16 @@ Each argument is a `compare.py --out` folder (one Dirichlet alpha, read from its
 Prints, per method: `mean (std)` and the paper's; the wall time (training + personalization)
 and the training time per round, each relative to FedAvg's in the same folder; the paper's
 runtime ratio; then each place where our order of two methods is the reverse of the paper's (by
-more than `--margin` points in the paper). Folders of different protocols are refused.
+more than `--margin` points in the paper), with the standard error of our gap from the paired
+per-client accuracies (`clients.csv`). Folders of different protocols are refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import math
 from pathlib import Path
 
 # The paper's CIFAR-10 results (Table "standard", 200 rounds): {method: {alpha: (mean, std)}}
@@ -74,6 +77,34 @@ def order_departures(
     return sorted(pairs, key=lambda p: -p[2])
 
 
+def client_accuracies(summary: dict) -> dict[int, tuple[float, int]] | None:
+    """`{partition-id: (accuracy %, test size)}` from the run's `clients.csv`, if it is there."""
+    path = Path(summary.get("output_dir", "")) / "clients.csv"
+    if not summary.get("output_dir") or not path.exists():
+        return None
+    with path.open() as f:
+        rows = csv.DictReader(f)
+        return {
+            int(r["partition-id"]): (100 * float(r["accuracy"]), int(r["num-test"])) for r in rows
+        }
+
+
+def paired_gap(
+    a: dict[int, tuple[float, int]], b: dict[int, tuple[float, int]]
+) -> tuple[float, float]:
+    """Gap a - b of two methods' test-size-weighted mean accuracies on the same clients, and its
+    standard error from the per-client differences d_i with weights w_i (clients independent):
+    se = sqrt(sum w_i^2 (d_i - gap)^2) / sum w_i. Pairing removes the spread between clients,
+    which dominates each method's own std."""
+    ids = sorted(a.keys() & b.keys())
+    w = [a[i][1] for i in ids]
+    d = [a[i][0] - b[i][0] for i in ids]
+    total = sum(w)
+    gap = sum(wi * di for wi, di in zip(w, d, strict=True)) / total
+    se = math.sqrt(sum((wi * (di - gap)) ** 2 for wi, di in zip(w, d, strict=True))) / total
+    return gap, se
+
+
 def time_ratio(summaries: dict[str, dict], method: str, key: str = "seconds_total") -> float | None:
     """Wall time (`seconds_total`: training and personalization, as the paper's runtime table;
     or `seconds_per_round`: training only) relative to FedAvg's in the same comparison."""
@@ -125,7 +156,9 @@ def print_table(columns: dict[float, dict[str, dict]], margin: float = 1.0) -> N
         print(f"\nDir({alpha}): {len(departures)} pair(s) in the reverse of the paper's order "
               f"(paper gap > {margin} points)")  # fmt: skip
         for a, b, pgap, ogap in departures:
-            print(f"  {a} < {b}: ours {ogap:+.2f}, paper {pgap:+.2f}")
+            rows_a, rows_b = (client_accuracies(columns[alpha][m]) for m in (a, b))
+            se = f" (se {paired_gap(rows_a, rows_b)[1]:.2f})" if rows_a and rows_b else ""
+            print(f"  {a} < {b}: ours {ogap:+.2f}{se}, paper {pgap:+.2f}")
 
 
 def main() -> None:

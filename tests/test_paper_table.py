@@ -51,3 +51,20 @@ def test_table_refuses_runs_of_different_protocols(tmp_path):
     columns[0.5] = paper_table.load_summaries(tmp_path / "b")
     with pytest.raises(SystemExit, match="different protocols"):
         paper_table.check_same_protocol(columns)
+
+
+def test_paired_gap_matches_the_weighted_means_and_the_closed_form_standard_error():
+    a = {0: (90.0, 10), 1: (80.0, 30), 2: (70.0, 60), 9: (50.0, 5)}  # 9: not in b
+    b = {0: (85.0, 10), 1: (82.0, 30), 2: (66.0, 60)}
+    gap, se = paper_table.paired_gap(a, b)
+    mean = lambda r: sum(r[i][0] * r[i][1] for i in (0, 1, 2)) / 100  # noqa: E731
+    assert gap == pytest.approx(mean(a) - mean(b))  # the summaries' weighted means, paired
+    d = [5.0, -2.0, 4.0]
+    want = sum((w * (di - gap)) ** 2 for w, di in zip([10, 30, 60], d, strict=True)) ** 0.5 / 100
+    assert se == pytest.approx(want)
+    equal = paper_table.paired_gap(
+        {i: (float(i), 1) for i in range(4)}, {i: (0.0, 1) for i in range(4)}
+    )
+    assert equal[1] == pytest.approx(
+        (sum((i - 1.5) ** 2 for i in range(4)) / 4) ** 0.5 / 2
+    )  # std/sqrt(n)
