@@ -46,14 +46,21 @@ def test_pfedme_inner_problem_is_solved_to_the_stated_tolerance():
     torch.testing.assert_close(model.weight.data.flatten(), exact, atol=1e-8 / 5.1, rtol=0)
 
 
-def test_pfedme_reported_gradient_norm_is_that_of_h_at_theta():
+def test_pfedme_takes_k_gradient_evaluations_and_reports_the_last_one():
     model, anchor, loss, _ = _regression()
-    _, norm = moreau_step_(model, anchor, loss, 5.0, 0.05, steps=3, weight_decay=0.1)
-    theta = model.weight
+    calls = []
+    counted = lambda: calls.append(1) or loss()  # noqa: E731
+    _, norm = moreau_step_(model, anchor, counted, 5.0, 0.05, steps=3, weight_decay=0.1)
+    assert len(calls) == 3  # K = 3 forward/backward passes, as pFedMe's code
+    # the norm reported is ||grad h|| where it was last evaluated: after 2 of the 3 steps
+    before_last, anchor, loss, _ = _regression()  # the same problem, afresh
+    moreau_step_(before_last, anchor, loss, 5.0, 0.05, steps=2, weight_decay=0.1)
+    theta = before_last.weight
     h = loss() + 2.5 * (theta - anchor[0]).pow(2).sum() + 0.05 * theta.pow(2).sum()
     (grad,) = torch.autograd.grad(h, theta)
     assert norm == pytest.approx(grad.norm().item(), rel=1e-5)
     assert norm > 1e-3  # 3 steps do not converge: the tolerance is reported, not assumed
+    assert not torch.equal(model.weight, before_last.weight)  # the 3rd step was taken
 
 
 def test_pfedme_without_data_term_stays_at_the_global_model():

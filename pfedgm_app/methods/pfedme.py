@@ -41,8 +41,13 @@ def moreau_step_(
     + weight_decay/2 ||theta||^2 over `personal`'s parameters, in place, by at most `steps`
     gradient steps of size `lr`; stops once ||grad h(theta)|| <= `tolerance`.
 
-    Returns loss_fn() and ||grad h|| at the returned theta (the achieved tolerance).
+    Evaluates the gradient at most `steps` times, once before each step, as pFedMe's code does
+    (K forward/backward passes per batch, not K + 1). Returns loss_fn() and ||grad h|| at the
+    last point evaluated: the returned theta when the tolerance stopped the loop (so the
+    tolerance is met there), else the point before the last step.
     """
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
     params = [p for p in personal.parameters() if p.requires_grad]
 
     def grad_h() -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -54,15 +59,15 @@ def moreau_step_(
                 for g, p, w in zip(grads, params, anchor, strict=True)
             ]
 
-    loss, grads = grad_h()
     for _ in range(steps):
-        if _norm(grads) <= tolerance:
+        loss, grads = grad_h()
+        norm = _norm(grads)
+        if norm <= tolerance:
             break
         with torch.no_grad():
             for p, g in zip(params, grads, strict=True):
                 p.sub_(lr * g)
-        loss, grads = grad_h()
-    return loss, _norm(grads)
+    return loss, norm
 
 
 def _norm(tensors: list[torch.Tensor]) -> float:
