@@ -61,6 +61,8 @@ def test_pfedme_takes_k_gradient_evaluations_and_reports_the_last_one():
     assert norm == pytest.approx(grad.norm().item(), rel=1e-5)
     assert norm > 1e-3  # 3 steps do not converge: the tolerance is reported, not assumed
     assert not torch.equal(model.weight, before_last.weight)  # the 3rd step was taken
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        moreau_step_(model, anchor, loss, 5.0, 0.05, steps=0)
 
 
 def test_pfedme_without_data_term_stays_at_the_global_model():
