@@ -79,8 +79,9 @@ def order_departures(
 
 def client_accuracies(summary: dict) -> dict[int, tuple[float, int]] | None:
     """`{partition-id: (accuracy %, test size)}` from the run's `clients.csv`, if it is there."""
-    path = Path(summary.get("output_dir", "")) / "clients.csv"
-    if not summary.get("output_dir") or not path.exists():
+    out = summary.get("output_dir")
+    path = Path(out) / "clients.csv" if out else None
+    if path is None or not path.exists():
         return None
     with path.open() as f:
         rows = csv.DictReader(f)
@@ -155,9 +156,16 @@ def print_table(columns: dict[float, dict[str, dict]], margin: float = 1.0) -> N
         departures = order_departures(ours, paper, margin)
         print(f"\nDir({alpha}): {len(departures)} pair(s) in the reverse of the paper's order "
               f"(paper gap > {margin} points)")  # fmt: skip
+        clients = {
+            m: client_accuracies(columns[alpha][m])
+            for m in {p[0] for p in departures} | {p[1] for p in departures}
+        }  # one read per run
         for a, b, pgap, ogap in departures:
-            rows_a, rows_b = (client_accuracies(columns[alpha][m]) for m in (a, b))
-            se = f" (se {paired_gap(rows_a, rows_b)[1]:.2f})" if rows_a and rows_b else ""
+            se = (
+                f" (se {paired_gap(clients[a], clients[b])[1]:.2f})"
+                if clients[a] and clients[b]
+                else ""
+            )
             print(f"  {a} < {b}: ours {ogap:+.2f}{se}, paper {pgap:+.2f}")
 
 
