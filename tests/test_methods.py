@@ -254,6 +254,21 @@ def test_pfedme_sends_w_keeps_theta_and_theta_is_pulled_toward_w_as_lambda_grows
     assert {"accuracy", "acc-global", "pfedme-inner-grad-norm"} <= set(result)
 
 
+def test_pfedme_outer_step_moves_w_toward_theta_by_eta_lambda():
+    """One batch, one epoch: w1 = w0 - eta * lambda * (w0 - theta1) (pFedMe's local update)."""
+    from pfedgm_app.methods.pfedme import PERSONAL_RECORD
+
+    eta, lam = 0.01, 5.0
+    method, run = get_method("pfedme"), _run(batch_size=60, learning_rate=eta, pfedme_lambda=lam)
+    model = _model("pfedme")
+    w0 = {k: p.detach().clone() for k, p in model.named_parameters()}
+    method.train(model, run)
+    theta = run.state[PERSONAL_RECORD].to_torch_state_dict()
+    for k, w1 in model.named_parameters():
+        assert not torch.equal(theta[k], w0[k])  # the inner solve moved theta
+        torch.testing.assert_close(w1.detach(), w0[k] - eta * lam * (w0[k] - theta[k]))
+
+
 def test_pfedfda_trains_the_body_only_and_sends_interpolated_statistics():
     method, run, model, before = _train_round("pfedfda")
     sent = set(method.outgoing(model))
