@@ -8,11 +8,13 @@ from __future__ import annotations
 import csv
 import json
 import time
+from logging import WARNING
 from pathlib import Path
 from typing import Any
 
 import torch
 from flwr.app import ArrayRecord, MetricRecord
+from flwr.common import log
 
 from .config import ConfigError, RunConfig
 
@@ -26,7 +28,8 @@ class RunWriter:
     @classmethod
     def create(cls, cfg: RunConfig) -> RunWriter:
         """`output-dir` as given, or `outputs/<time>-<method>` when empty; refuses to overwrite
-        a finished run.
+        a finished run. Files of an unfinished run there (one that was stopped) move to
+        `unfinished-<time>/` so the new run's `rounds.jsonl` does not continue the old one's.
         """
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(cfg.output_dir or f"outputs/{stamp}-{cfg.method}").expanduser().resolve()
@@ -39,6 +42,13 @@ class RunWriter:
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"cannot create output-dir {run_dir}: {exc}") from exc
+        leftovers = [p for p in run_dir.iterdir() if p.is_file()]
+        if leftovers:
+            kept = run_dir / f"unfinished-{stamp}"
+            kept.mkdir()
+            for path in leftovers:
+                path.rename(kept / path.name)
+            log(WARNING, "output-dir held an unfinished run: its files moved to %s", kept)
         return cls(run_dir)
 
     def write_json(self, name: str, payload: Any) -> Path:
