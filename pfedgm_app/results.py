@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import tempfile
 import time
 from logging import WARNING
 from pathlib import Path
@@ -29,7 +30,8 @@ class RunWriter:
     def create(cls, cfg: RunConfig) -> RunWriter:
         """`output-dir` as given, or `outputs/<time>-<method>` when empty; refuses to overwrite
         a finished run. Files of an unfinished run there (one that was stopped) move to
-        `unfinished-<time>/` so the new run's `rounds.jsonl` does not continue the old one's.
+        `unfinished-<time>-<random>/`, so the new run's `rounds.jsonl` does not continue the
+        old one's.
         """
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(cfg.output_dir or f"outputs/{stamp}-{cfg.method}").expanduser().resolve()
@@ -40,15 +42,14 @@ class RunWriter:
             )
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
+            leftovers = [p for p in run_dir.iterdir() if p.is_file()]
+            if leftovers:  # mkdtemp: two runs stopped in the same second get distinct folders
+                kept = Path(tempfile.mkdtemp(prefix=f"unfinished-{stamp}-", dir=run_dir))
+                for path in leftovers:
+                    path.rename(kept / path.name)
+                log(WARNING, "output-dir held an unfinished run: its files moved to %s", kept)
         except OSError as exc:
-            raise ConfigError(f"cannot create output-dir {run_dir}: {exc}") from exc
-        leftovers = [p for p in run_dir.iterdir() if p.is_file()]
-        if leftovers:
-            kept = run_dir / f"unfinished-{stamp}"
-            kept.mkdir()
-            for path in leftovers:
-                path.rename(kept / path.name)
-            log(WARNING, "output-dir held an unfinished run: its files moved to %s", kept)
+            raise ConfigError(f"cannot prepare output-dir {run_dir}: {exc}") from exc
         return cls(run_dir)
 
     def write_json(self, name: str, payload: Any) -> Path:

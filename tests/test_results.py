@@ -25,6 +25,11 @@ def test_an_unfinished_run_is_set_aside_and_the_new_one_starts_clean(tmp_path):
     (kept,) = tmp_path.glob("unfinished-*")
     assert (kept / "rounds.jsonl").read_text().count("round") == 2  # nothing lost
     assert (kept / "config.json").read_text() == "old config"
+    (tmp_path / "config.json").write_text("second stopped run")  # stopped again, same second
+    RunWriter.create(RunConfig(output_dir=str(tmp_path)))
+    kept_twice = sorted(tmp_path.glob("unfinished-*"))
+    assert len(kept_twice) == 2  # the first set-aside run is not overwritten
+    assert (kept / "config.json").read_text() == "old config"
 
 
 def test_a_fresh_output_dir_is_created(tmp_path):
