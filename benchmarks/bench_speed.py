@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import threading
 import time
@@ -24,11 +25,12 @@ from pathlib import Path
 
 import torch
 
-from pfedgm_app.launch import offline_env, run_app, stop_local_superlink, superlink_tree
 from pfedgm_app.models import FEATURE_DIM, Model, build_generator
 from pfedgm_app.training import make_sgd, run_epochs, supervised_step
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
+from devtools.launch import offline_env, run_app, stop_local_superlink, superlink_tree  # noqa: E402
 
 
 class PeakRss(threading.Thread):

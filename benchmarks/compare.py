@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 
 from paper_table import print_table  # benchmarks/ is on sys.path when run as a script
 
-from pfedgm_app.config import METHODS
-from pfedgm_app.launch import offline_env, run_app, stop_local_superlink
+from pfedgm_app.methods import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
+from devtools.launch import offline_env, run_app, stop_local_superlink  # noqa: E402
 
 
 def main() -> None:

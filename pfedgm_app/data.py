@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from flwr_datasets.partitioner import Partitioner
 
-from .config import ConfigError
+from .config import ConfigError, RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -275,6 +275,20 @@ class Protocol:
     min_train: int = 50
     test_fraction: float = 0.2
     pool_size: int = 0
+
+    @classmethod
+    def of(cls, cfg: RunConfig, num_partitions: int, dataset: str | None = None) -> Protocol:
+        """The protocol of run `cfg` for `num_partitions` clients (`dataset` overrides the run's,
+        e.g. a SuperNode's own copy)."""
+        return cls(
+            dataset or cfg.dataset,
+            num_partitions,
+            cfg.dirichlet_alpha,
+            cfg.seed,
+            cfg.min_train_samples,
+            cfg.test_fraction,
+            cfg.pool_size,
+        )
 
 
 _PARTITIONS: dict[tuple, list[np.ndarray]] = {}

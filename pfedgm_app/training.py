@@ -60,19 +60,20 @@ def run_epochs(
     optimizer: torch.optim.Optimizer | None,
     epochs: int,
     batch_size: int = 50,
-    generator: torch.Generator | None = None,
+    rng: torch.Generator | None = None,
     after_step: Callable[[], None] | None = None,
 ) -> dict[str, float]:
     """`epochs` passes of mini-batch optimization of `step(xb, yb) -> loss` over (x, y).
 
-    Returns the mean loss and the number of sample-passes. `after_step` runs after each
+    Batches follow a permutation drawn from `rng` per epoch. Returns the mean loss and the
+    number of sample-passes. `after_step` runs after each
     optimizer step (projections, running statistics). With `optimizer=None` the step updates
     the weights itself (pFedMe's bi-level step) and its returned loss is only recorded.
     """
     n = len(x)
     total, passes = 0.0, 0
     for _ in range(epochs):
-        order = torch.randperm(n, generator=generator).to(x.device)
+        order = torch.randperm(n, generator=rng).to(x.device)
         for start in range(0, n, batch_size):
             idx = order[start : start + batch_size]
             if optimizer is None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pfedgm_app.launch import offline_env, stop_local_superlink
+from devtools.launch import offline_env, stop_local_superlink
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"

@@ -2,37 +2,65 @@
 
 from __future__ import annotations
 
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 
-from pfedgm_app.config import METHODS, ConfigError, RunConfig
+from pfedgm_app.config import ConfigError, RunConfig, Settings, above, at_least
 from pfedgm_app.data import load_pool, resolve_dataset
-from pfedgm_app.methods import METHODS as PLUGINS
+from pfedgm_app.methods import METHODS, markdown_table, parse_run_config, run_config_keys
+
+ROOT = Path(__file__).parents[1]
 
 
 def test_defaults_are_the_papers():
     """Defaults: SGD lr 0.01, momentum 0.5, wd 5e-4, batch 50, 5 epochs, lambda 1, q 0.3, ..."""
-    c = RunConfig()
+    c, method, gm = parse_run_config({})
     assert (c.learning_rate, c.momentum, c.weight_decay, c.batch_size) == (0.01, 0.5, 5e-4, 50)
-    assert (c.local_epochs, c.lambda_, c.fraction_train, c.method) == (5, 1.0, 0.3, "pfedgm")
-    assert (c.personal_epochs, c.personal_learning_rate) == (5, 0.05)
-    assert (c.lbfgs_learning_rate, c.lbfgs_max_iter, c.lbfgs_cycles) == (0.05, 10, 5)
+    assert (c.local_epochs, gm.lambda_, c.fraction_train, method.name) == (5, 1.0, 0.3, "pfedgm")
+    assert (gm.personal_epochs, gm.personal_learning_rate) == (5, 0.05)
+    assert (gm.lbfgs_learning_rate, gm.lbfgs_max_iter, gm.lbfgs_cycles) == (0.05, 10, 5)
     # baselines as tuned in the paper (Ditto mu 1, FedPAC lambda 1, pFedMe lambda 5)
-    assert (c.ditto_mu, c.fedpac_lambda, c.pfedme_lambda) == (1.0, 1.0, 5.0)
+    keys = run_config_keys()
+    assert (keys["ditto-mu"], keys["fedpac-lambda"], keys["pfedme-lambda"]) == (1.0, 1.0, 5.0)
 
 
-def test_pyproject_defaults_match_the_dataclass():
-    """Every [tool.flwr.app.config] key parses, and equals the dataclass default."""
-    import tomllib
-    from pathlib import Path
-
-    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
-    keys = pyproject["tool"]["flwr"]["app"]["config"]
-    assert RunConfig.from_run_config(keys) == RunConfig()
-    assert set(keys) == set(RunConfig().to_run_config())
+def test_pyproject_declares_exactly_the_registered_keys_with_their_defaults():
+    """[tool.flwr.app.config] (where Flower reads the keys) equals what the registry declares:
+    a method's settings added or changed without pyproject.toml fails here."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
+    assert declared["config"] == run_config_keys()
+    cfg, method, settings = parse_run_config(declared["config"])
+    assert cfg == RunConfig() and settings == method.settings()
 
 
-def test_config_methods_match_the_plugins():
-    assert set(METHODS) == set(PLUGINS)
+def test_readme_method_table_is_the_registrys():
+    """README's table is `python -m pfedgm_app.methods`' output, in the registry's order."""
+    assert markdown_table() in (ROOT / "README.md").read_text()
+    assert markdown_table().count("\n| `") == len(METHODS)
+
+
+def test_a_method_registered_once_is_known_everywhere():
+    """Every registered method parses, has a client plug-in and a strategy, and its settings'
+    keys are declared once; a method's settings group checks its own bounds."""
+    for name, method in METHODS.items():
+        _, parsed, settings = parse_run_config({"method": name})
+        assert parsed is method and isinstance(settings, method.settings)
+        assert method.plugin().settings == settings
+
+    @dataclass(frozen=True)
+    class Toy(Settings):
+        prefix = "toy"
+        rate: float = above(0, 0.1)
+        steps: int = at_least(1, 3)
+
+    assert Toy.keys() == {"toy-rate": 0.1, "toy-steps": 3}
+    with pytest.raises(ConfigError, match="toy-steps must be >= 1, got 0"):
+        Toy.from_run_config({"toy-steps": 0}).validate(RunConfig())
+    with pytest.raises(ConfigError, match="toy-rate must be float"):
+        Toy.from_run_config({"toy-rate": "fast"})
 
 
 @pytest.mark.parametrize(
@@ -62,7 +90,7 @@ def test_config_methods_match_the_plugins():
 )
 def test_bad_values_raise_clear_errors(override, message):
     with pytest.raises(ConfigError, match=None) as err:
-        RunConfig.from_run_config(override)
+        parse_run_config(override)
     assert message in str(err.value)
 
 
@@ -100,10 +128,7 @@ def test_wrong_image_shape_is_rejected(tmp_path):
 
 
 def test_presets_in_conf_are_valid_run_configs():
-    import tomllib
-    from pathlib import Path
-
-    presets = sorted((Path(__file__).parents[1] / "conf").glob("*.toml"))
+    presets = sorted((ROOT / "conf").glob("*.toml"))
     assert presets
     for preset in presets:
-        RunConfig.from_run_config(tomllib.loads(preset.read_text()))
+        parse_run_config(tomllib.loads(preset.read_text()))

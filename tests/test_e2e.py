@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from pfedgm_app.config import METHODS
-from pfedgm_app.launch import offline_env, run_app, start_deployment, stop_local_superlink
+from devtools.launch import offline_env, run_app, start_deployment, stop_local_superlink
+from pfedgm_app.methods import METHODS
 
 pytestmark = pytest.mark.e2e
 

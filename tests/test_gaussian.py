@@ -383,9 +383,7 @@ def test_phase2_fine_tune_and_refine_biases_decrease_loss():
     head.project_ = lambda: projections.append(project())  # spy: projection after every step
 
     initial = loss()
-    runner = functools.partial(
-        run_epochs, batch_size=50, generator=torch.Generator().manual_seed(0)
-    )
+    runner = functools.partial(run_epochs, batch_size=50, rng=torch.Generator().manual_seed(0))
     fine_tune_(head, z, y, runner, epochs=5, lr=0.05, momentum=0.5, weight_decay=5e-4)
     tuned = loss()
     assert tuned < initial

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from pfedgm_app.launch import run_config_arg, stop_local_superlink, superlink_tree
+from devtools.launch import run_config_arg, stop_local_superlink, superlink_tree
 
 
 def test_stop_local_superlink_kills_the_whole_tree(tmp_path):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import torch
-from flwr.app import RecordDict
 
 from pfedgm_app.config import RunConfig
 from pfedgm_app.data import ClientData
-from pfedgm_app.methods import ClientRun, get_method
+from pfedgm_app.methods import ClientPlugin, ClientRun, ClientState, get_method
 
 SHAPE, K = (3, 32, 32), 4
+FAST = {"local-epochs": 1, "personal-epochs": 1, "finetune-epochs": 1}
 
 
 def _run(n=60, **cfg) -> ClientRun:
@@ -18,46 +18,51 @@ def _run(n=60, **cfg) -> ClientRun:
     y = torch.arange(n) % K
     x += y[:, None, None, None].float()  # class-dependent shift: learnable
     data = ClientData(x, y, x[:20], y[:20], K)
-    config = RunConfig(**{"local_epochs": 1, "personal_epochs": 1, "finetune_epochs": 1, **cfg})
-    return ClientRun(config, data, RecordDict(), g, torch.device("cpu"))
+    config = RunConfig(**{"local_epochs": 1, **cfg})
+    return ClientRun(config, data, ClientState(), g, torch.device("cpu"))
+
+
+def plugin(name, **settings) -> ClientPlugin:
+    """`name`'s client plug-in with FAST settings plus `settings` (run-config keys)."""
+    method = get_method(name)
+    return method.plugin(method.settings.from_run_config({**FAST, **settings}))
 
 
 def _model(name):
     torch.manual_seed(0)
-    return get_method(name).build_model(SHAPE, K)
+    return plugin(name).build_model(SHAPE, K)
 
 
 def test_fedavg_and_fedavgft_send_every_parameter():
     for name in ("fedavg", "fedavgft"):
         model = _model(name)
-        assert set(get_method(name).outgoing(model)) == set(model.state_dict())
+        reply = plugin(name).train(model, _run())
+        assert set(reply.arrays) == set(model.state_dict()) and not reply.extras
 
 
 def test_pfedgm_sends_generator_navigator_and_covariance():
     model = _model("pfedgm")
-    sent = set(get_method("pfedgm").outgoing(model))
+    sent = set(plugin("pfedgm").train(model, _run()).arrays)
     assert {"head.mu", "head.b", "head.A"} <= sent
     assert sent == set(model.state_dict())
     assert model.head.mu.shape == (K, 128) and model.head.A.shape == (K, 128)
 
 
 def test_local_sends_nothing_and_keeps_its_model_in_state():
-    method, run = get_method("local"), _run()
+    method, run = plugin("local"), _run()
     model = _model("local")
-    method.train(model, run)
-    method.keep(model, run.state)
-    assert len(method.outgoing(model)) == 0
+    assert method.train(model, run).arrays == {}
     fresh = _model("local")  # what a new round's message would rebuild
-    method.restore(fresh, run.state)
+    method.restore(fresh, run)
     for key, value in model.state_dict().items():
         assert torch.equal(fresh.state_dict()[key], value)
 
 
 def test_pfedgm_round_trains_every_part_and_keeps_covariance_positive():
-    method, run = get_method("pfedgm"), _run()
+    method, run = plugin("pfedgm"), _run()
     model = _model("pfedgm")
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    metrics = method.train(model, run)
+    metrics = method.train(model, run).metrics
     after = model.state_dict()
     assert metrics["sample-passes"] == 60
     for key in ("head.mu", "head.b", "head.A", "generator.features.0.weight"):
@@ -70,13 +75,13 @@ def test_lambda_zero_removes_the_personalized_objective():
     results = []
     for lam in (0.0, 1.0):
         model = _model("pfedgm")
-        get_method("pfedgm").train(model, _run(lambda_=lam))
+        plugin("pfedgm", **{"lambda": lam}).train(model, _run())
         results.append(model.state_dict()["generator.features.0.weight"])
     assert not torch.allclose(results[0], results[1])
 
 
 def test_pfedgm_personalize_reports_accuracy_and_ablation_points():
-    method, run = get_method("pfedgm"), _run()
+    method, run = plugin("pfedgm"), _run()
     model = _model("pfedgm")
     method.train(model, run)
     frozen = {k: v.clone() for k, v in model.state_dict().items()}
@@ -88,7 +93,7 @@ def test_pfedgm_personalize_reports_accuracy_and_ablation_points():
 
 
 def test_fedavgft_fine_tunes_before_evaluating():
-    method, run = get_method("fedavgft"), _run()
+    method, run = plugin("fedavgft"), _run()
     model = _model("fedavgft")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     result = method.personalize(model, run)
@@ -113,56 +118,55 @@ def test_backbones_match_the_fedpac_pfedfda_cnns():
     assert gm.head.mu.numel() + gm.head.b.numel() == sum(p.numel() for p in avg.head.parameters())
 
 
-def _train_round(name, run=None, model=None):
-    method, run = get_method(name), run or _run()
+def _train_round(name, run=None, model=None, **settings):
+    method, run = plugin(name, **settings), run or _run()
     model = model or _model(name)
-    method.restore(model, run.state)
+    method.restore(model, run)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    method.train(model, run)
-    method.keep(model, run.state)
-    return method, run, model, before
+    reply = method.train(model, run)
+    return method, run, model, before, reply
 
 
 def test_fedper_keeps_its_head_and_sends_the_body():
-    method, run, model, _ = _train_round("fedper")
-    sent, heads = set(method.outgoing(model)), {"head.weight", "head.bias"}
+    method, run, model, _, reply = _train_round("fedper")
+    sent, heads = set(reply.arrays), {"head.weight", "head.bias"}
     assert sent == set(model.state_dict()) - heads
     fresh = _model("fedper")  # next round: a new global body arrives, the head is the client's
     fresh.generator.features[0].weight.data.zero_()
-    method.restore(fresh, run.state)
+    method.restore(fresh, run)
     assert torch.equal(fresh.head.weight, model.head.weight)
     assert not fresh.generator.features[0].weight.any()
 
 
 def test_lgfedavg_sends_only_the_head():
-    method, run, model, _ = _train_round("lgfedavg")
-    assert set(method.outgoing(model)) == {"head.weight", "head.bias"}
+    method, run, model, _, reply = _train_round("lgfedavg")
+    assert set(reply.arrays) == {"head.weight", "head.bias"}
     fresh = _model("lgfedavg")
-    method.restore(fresh, run.state)
+    method.restore(fresh, run)
     assert torch.equal(fresh.generator.features[0].weight, model.generator.features[0].weight)
 
 
 def test_fedbabu_never_changes_the_head_during_training():
-    _, run, model, before = _train_round("fedbabu")
+    _, run, model, before, _ = _train_round("fedbabu")
     assert torch.equal(model.head.weight, before["head.weight"])
     assert not torch.equal(
         model.generator.features[0].weight, before["generator.features.0.weight"]
     )
     frozen_body = model.generator.features[0].weight.clone()
-    result = get_method("fedbabu").personalize(model, run)  # fine-tunes the head only
+    result = plugin("fedbabu").personalize(model, run)  # fine-tunes the head only
     assert {"accuracy", "acc-global"} <= set(result)
     assert not torch.equal(model.head.weight, before["head.weight"])
     assert torch.equal(model.generator.features[0].weight, frozen_body)
 
 
 def _personal_distance(mu):
-    from pfedgm_app.methods.ditto import PERSONAL_RECORD
+    from pfedgm_app.methods.ditto import PERSONAL
 
-    run = _run(ditto_mu=mu)
+    run = _run()
     model = _model("ditto")
     received = {k: v.clone() for k, v in model.state_dict().items()}
-    get_method("ditto").train(model, run)
-    personal = run.state[PERSONAL_RECORD].to_torch_state_dict()
+    plugin("ditto", **{"ditto-mu": mu}).train(model, run)
+    personal = run.state.load(PERSONAL)
     return sum((personal[k] - received[k]).pow(2).sum() for k in received).sqrt().item()
 
 
@@ -173,11 +177,11 @@ def test_ditto_personal_model_differs_and_is_pulled_toward_the_global_as_mu_grow
 
 
 def test_ditto_keeps_the_personal_model_local_and_sends_the_global():
-    from pfedgm_app.methods.ditto import PERSONAL_RECORD
+    from pfedgm_app.methods.ditto import PERSONAL
 
-    method, run, model, _ = _train_round("ditto")
-    assert set(method.outgoing(model)) == set(model.state_dict())
-    personal = run.state[PERSONAL_RECORD].to_torch_state_dict()
+    method, run, model, _, reply = _train_round("ditto")
+    assert set(reply.arrays) == set(model.state_dict())
+    personal = run.state.load(PERSONAL)
     assert any(not torch.equal(personal[k], v) for k, v in model.state_dict().items())
     result = method.personalize(model, run)
     assert {"accuracy", "acc-global"} <= set(result)
@@ -185,39 +189,37 @@ def test_ditto_keeps_the_personal_model_local_and_sends_the_global():
 
 def test_fedrep_trains_head_then_body_and_keeps_the_head(monkeypatch):
     """Head epochs with the body fixed, then body epochs with the head fixed; head stays local."""
-    from pfedgm_app.methods.base import ClientRun as Run
-
     calls = []
-    original = Run.epochs
+    original = ClientRun.epochs
 
     def spy(self, step, params, epochs, lr=None, after_step=None):
         params = list(params)
         calls.append(({id(p) for p in params}, epochs))
         return original(self, step, params, epochs, lr, after_step)
 
-    monkeypatch.setattr(Run, "epochs", spy)
+    monkeypatch.setattr(ClientRun, "epochs", spy)
     run = _run(local_epochs=3)
-    method, model = get_method("fedrep"), _model("fedrep")
-    method.train(model, run)
+    method, model = plugin("fedrep"), _model("fedrep")
+    reply = method.train(model, run)
     head = {id(p) for p in model.head.parameters()}
     body = {id(p) for p in model.generator.parameters()}
     assert calls == [(head, 2), (body, 1)]
-    assert set(method.outgoing(model)) == set(model.state_dict()) - {"head.weight", "head.bias"}
+    assert set(reply.arrays) == set(model.state_dict()) - {"head.weight", "head.bias"}
 
 
 def test_fedpac_sends_the_body_and_its_statistics_and_loads_its_combined_head():
-    method, run, model, before = _train_round("fedpac")
+    method, run, model, before, reply = _train_round("fedpac")
     heads = {"head.weight", "head.bias"}
-    assert set(method.outgoing(model)) == set(model.state_dict()) - heads  # body only
-    assert set(run.sent) == heads | {"protos", "class-counts", "variance", "h-ref"}
-    assert run.sent["protos"].shape == (K, 128) and run.sent["class-counts"].sum() == 60
+    assert set(reply.arrays) == set(model.state_dict()) - heads  # body only
+    assert set(reply.extras) == heads | {"protos", "class-counts", "variance", "h-ref"}
+    assert reply.extras["protos"].shape == (K, 128) and reply.extras["class-counts"].sum() == 60
     assert not torch.equal(model.head.weight, before["head.weight"])  # the head epoch ran
     # next message: the server's combination for this client replaces the kept head
     combined = {"head.weight": torch.ones(K, 128), "head.bias": torch.zeros(K)}
     nxt = _run()
     nxt.state, nxt.received = run.state, combined
     fresh = _model("fedpac")
-    method.restore(fresh, nxt.state)
+    method.restore(fresh, nxt)
     assert torch.equal(fresh.head.weight, model.head.weight)
     method.personalize(fresh, nxt)
     assert torch.equal(fresh.head.weight, combined["head.weight"])
@@ -228,24 +230,25 @@ def test_fedpac_aligns_features_to_the_global_prototypes_with_weight_lambda():
     protos = {"protos": torch.full((K, 128), 5.0), "protos-count": torch.ones(K)}
     bodies = []
     for lam in (0.0, 1.0):
-        run = _run(fedpac_lambda=lam)
+        run = _run()
         run.received = dict(protos)
         model = _model("fedpac")
-        get_method("fedpac").train(model, run)
+        plugin("fedpac", **{"fedpac-lambda": lam}).train(model, run)
         bodies.append(model.generator.features[0].weight.detach().clone())
     assert not torch.allclose(bodies[0], bodies[1])
 
 
 def test_pfedme_sends_w_keeps_theta_and_theta_is_pulled_toward_w_as_lambda_grows():
-    from pfedgm_app.methods.pfedme import PERSONAL_RECORD
+    from pfedgm_app.methods.pfedme import PERSONAL
 
     distances = []
     for lam in (0.5, 5.0, 50.0):
-        method, run = get_method("pfedme"), _run(pfedme_lambda=lam, learning_rate=0.001)
+        method, run = plugin("pfedme", **{"pfedme-lambda": lam}), _run(learning_rate=0.001)
         model = _model("pfedme")
-        metrics = method.train(model, run)
-        assert set(method.outgoing(model)) == set(model.state_dict())  # w leaves the client
-        theta = run.state[PERSONAL_RECORD].to_torch_state_dict()  # theta stays
+        reply = method.train(model, run)
+        metrics = reply.metrics
+        assert set(reply.arrays) == set(model.state_dict())  # w leaves the client
+        theta = run.state.load(PERSONAL)  # theta stays
         w = model.state_dict()
         distances.append(sum((theta[k] - w[k]).pow(2).sum() for k in w).sqrt().item())
         assert metrics["pfedme-inner-grad-norm"] > 0
@@ -256,22 +259,22 @@ def test_pfedme_sends_w_keeps_theta_and_theta_is_pulled_toward_w_as_lambda_grows
 
 def test_pfedme_outer_step_moves_w_toward_theta_by_eta_lambda():
     """One batch, one epoch: w1 = w0 - eta * lambda * (w0 - theta1) (pFedMe's local update)."""
-    from pfedgm_app.methods.pfedme import PERSONAL_RECORD
+    from pfedgm_app.methods.pfedme import PERSONAL
 
     eta, lam = 0.01, 5.0
-    method, run = get_method("pfedme"), _run(batch_size=60, learning_rate=eta, pfedme_lambda=lam)
+    method, run = plugin("pfedme", **{"pfedme-lambda": lam}), _run(batch_size=60, learning_rate=eta)
     model = _model("pfedme")
     w0 = {k: p.detach().clone() for k, p in model.named_parameters()}
     method.train(model, run)
-    theta = run.state[PERSONAL_RECORD].to_torch_state_dict()
+    theta = run.state.load(PERSONAL)
     for k, w1 in model.named_parameters():
         assert not torch.equal(theta[k], w0[k])  # the inner solve moved theta
         torch.testing.assert_close(w1.detach(), w0[k] - eta * lam * (w0[k] - theta[k]))
 
 
 def test_pfedfda_trains_the_body_only_and_sends_interpolated_statistics():
-    method, run, model, before = _train_round("pfedfda")
-    sent = set(method.outgoing(model))
+    method, run, model, before, reply = _train_round("pfedfda")
+    sent = set(reply.arrays)
     assert {"head.mu", "head.cov"} <= sent and "head.weight" not in sent  # W is derived
     assert not torch.equal(
         model.generator.features[0].weight, before["generator.features.0.weight"]
@@ -284,33 +287,17 @@ def test_pfedfda_trains_the_body_only_and_sends_interpolated_statistics():
     assert {"accuracy", "acc-global"} <= set(result)
 
 
-# What leaves the client in the "arrays" record, per method (the rest stays in context.state or
-# is never kept). Every method must have an entry: a new method must declare what it sends.
-BODY, HEAD = "generator.", "head."
-SENT = {
-    "pfedgm": {BODY, HEAD},  # generator, navigator and covariance
-    "fedavg": {BODY, HEAD},
-    "fedavgft": {BODY, HEAD},
-    "local": set(),
-    "ditto": {BODY, HEAD},  # the global model; the personal one stays
-    "fedbabu": {BODY, HEAD},  # the head is the fixed random one
-    "fedper": {BODY},
-    "fedrep": {BODY},
-    "lgfedavg": {HEAD},
-    "fedpac": {BODY},  # the head goes in "extras", to be combined, never averaged
-    "pfedme": {BODY, HEAD},  # w; theta stays
-    "pfedfda": {BODY, HEAD},  # head = the interpolated statistics (mu, Sigma)
-}
-
-
-def test_every_method_declares_what_leaves_the_client():
+def test_every_method_sends_what_it_declares_and_keeps_the_rest():
+    """After a real round: the reply's arrays are exactly the model parts the registry declares
+    (`Method.sends`), and the rest is exactly what the client state holds (what the model of
+    the client's next message gets back). E.g. Ditto sends its global model (the personal one
+    stays in its own state), FedPAC its body (its head travels in the extras), Local nothing."""
     from pfedgm_app.methods import METHODS
+    from pfedgm_app.methods.base import KEPT
 
-    assert set(SENT) == set(METHODS)
-    for name, parts in SENT.items():
-        model = _model(name)
-        sent = set(get_method(name).outgoing(model))
-        kept = set(get_method(name).kept_keys(model))
-        expect = {k for k in model.state_dict() if k.startswith(tuple(parts))}
-        assert sent == expect, name
-        assert kept == set(model.state_dict()) - sent, name  # kept = exactly what is not sent
+    for name, method in METHODS.items():
+        _, run, model, _, reply = _train_round(name)
+        expect = {k for k in model.state_dict() if k.split(".")[0] in method.sends}
+        assert set(reply.arrays) == expect, name
+        kept = set(run.state.load(KEPT)) if KEPT in run.state else set()
+        assert kept == set(model.state_dict()) - expect, name  # kept = exactly what is not sent

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from pfedgm_app.config import ConfigError, RunConfig
-from pfedgm_app.server_app import discover_clients
+from pfedgm_app.federation import discover_clients
 from pfedgm_app.strategies import PersonalizedFedAvg
 
 
@@ -113,3 +114,46 @@ def test_slow_query_replies_do_not_count_against_the_connection_wait():
     grid = SlowGrid({n: (n, 4) for n in range(4)})
     infos = discover_clients(grid, RunConfig(node_wait_timeout=0.5))
     assert sorted(int(i["partition-id"]) for i in infos.values()) == [0, 1, 2, 3]
+
+
+class TrainingGrid(FakeGrid):
+    """Answers `train` like a FedPer client: sends back its body + 1, keeps its head."""
+
+    def __init__(self, partitions):
+        super().__init__(partitions)
+        self.configs, self.bodies = [], []
+
+    def send_and_receive(self, messages, timeout=None):
+        replies = []
+        for msg in messages:
+            if msg.metadata.message_type != "train":
+                replies += super().send_and_receive([msg], timeout)
+                continue
+            self.configs.append(dict(msg.content["config"]))
+            arrays = msg.content["arrays"]
+            body = arrays["body"].numpy() + 1
+            self.bodies.append(arrays["body"].numpy().copy())
+            content = RecordDict({
+                "arrays": ArrayRecord({"body": Array(body)}),
+                "metrics": MetricRecord({"num-examples": 10}),
+            })  # fmt: skip
+            replies.append(Message(content, reply_to=msg))
+        return replies
+
+
+def test_flowers_round_loop_keeps_local_keys_and_sends_per_round_values_only():
+    """Through Flower's own `Strategy.start` loop (not a copy of it): the arrays a round sends
+    are the previous round's merged aggregate, a key no client returns keeps its value, and a
+    train message's config holds the round only. Fails if Flower changes that contract."""
+    grid = TrainingGrid({1: (0, 2), 2: (1, 2)})
+    strategy = PersonalizedFedAvg(fraction_train=1.0, min_available_nodes=2)
+    initial = ArrayRecord({"body": Array(np.zeros(2, np.float32)), "head": Array(np.ones(1))})
+    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=3,
+                            train_config=ConfigRecord())  # fmt: skip
+    np.testing.assert_array_equal(result.arrays["body"].numpy(), [3, 3])
+    np.testing.assert_array_equal(result.arrays["head"].numpy(), [1])  # never sent back
+    assert [b.tolist() for b in grid.bodies] == [[0, 0]] * 2 + [[1, 1]] * 2 + [[2, 2]] * 2
+    assert grid.configs == [{"server-round": r} for r in (1, 1, 2, 2, 3, 3)]
+    assert strategy.sent_arrays == {}  # nothing carried past its round
+    report = strategy.personalize(grid, result.arrays, ConfigRecord())
+    assert len(report.clients) == 2

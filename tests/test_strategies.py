@@ -29,7 +29,7 @@ def _reply(node: int, arrays: ArrayRecord, n: int) -> Message:
 
 
 def _aggregate(strategy, current, replies):
-    strategy._current = current  # what configure_train records
+    strategy.sent_arrays[1] = current  # what configure_train records for round 1
     return strategy.aggregate_train(1, replies)
 
 

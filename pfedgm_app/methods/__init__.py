@@ -1,38 +1,109 @@
-"""Client-side method plug-ins, selected by the `method` run-config key."""
+"""The method registry: every method is declared once, in its own module, as a `Method` (its
+`method` key, client plug-in, server strategy, hyperparameters, summary), and listed here.
 
-from .base import EXTRAS_RECORD, ClientRun, Method
-from .ditto import Ditto
-from .fedavg import FedAvg, FedAvgFT, Local
-from .fedpac import FedPAC
-from .pfedfda import PFedFDA
-from .pfedgm import PFedGM
-from .pfedme import PFedMe
-from .split import FedBABU, FedPer, FedRep, LGFedAvg
+Run-config parsing, the strategy the ServerApp builds, the `pyproject.toml` keys (checked by a
+test) and the README's method table (`python -m pfedgm_app.methods`) all come from `METHODS`.
+"""
 
-METHODS: dict[str, Method] = {
-    m.name: m
-    for m in (
-        PFedGM(),
-        FedAvg(),
-        FedAvgFT(),
-        Local(),
-        Ditto(),
-        FedBABU(),
-        FedPer(),
-        FedRep(),
-        LGFedAvg(),
-        FedPAC(),
-        PFedMe(),
-        PFedFDA(),
-    )
-}
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..config import ConfigError, RunConfig, Settings
+from .base import ClientPlugin, ClientRun, ClientState, Method, Reply
+from .ditto import DITTO
+from .fedavg import FEDAVG, FEDAVGFT, LOCAL
+from .fedpac import FEDPAC
+from .pfedfda import PFEDFDA
+from .pfedgm import PFEDGM
+from .pfedme import PFEDME
+from .split import FEDBABU, FEDPER, FEDREP, LGFEDAVG
+
+# In the paper's table order; adding a method is one entry here.
+REGISTERED = (
+    LOCAL,
+    FEDAVG,
+    FEDAVGFT,
+    DITTO,
+    FEDBABU,
+    FEDPAC,
+    FEDREP,
+    LGFEDAVG,
+    FEDPER,
+    PFEDME,
+    PFEDFDA,
+    PFEDGM,
+)
+METHODS: dict[str, Method] = {m.name: m for m in REGISTERED}
 
 
 def get_method(name: str) -> Method:
     try:
         return METHODS[name]
     except KeyError:
-        raise ValueError(f"unknown method {name!r}; choose one of {sorted(METHODS)}") from None
+        raise ConfigError(f"unknown method {name!r}; choose one of {list(METHODS)}") from None
 
 
-__all__ = ["EXTRAS_RECORD", "METHODS", "ClientRun", "Method", "get_method"]
+def settings_groups() -> list[type[Settings]]:
+    """Every group of run-config keys: the common ones, then each method's (once each)."""
+    groups: list[type[Settings]] = [RunConfig]
+    for method in METHODS.values():
+        if method.settings not in groups:
+            groups.append(method.settings)
+    return groups
+
+
+def run_config_keys() -> dict[str, Any]:
+    """{key: default} of every run-config key (what `pyproject.toml` must declare)."""
+    keys: dict[str, Any] = {}
+    for group in settings_groups():
+        for key, default in group.keys().items():
+            if key in keys:
+                raise RuntimeError(f"run-config key {key!r} is declared by two settings groups")
+            keys[key] = default
+    return keys
+
+
+def parse_run_config(run_config: Mapping[str, Any]) -> tuple[RunConfig, Method, Settings]:
+    """Flower's run-config -> (common settings, the chosen method, its settings).
+
+    Every key is checked, the other methods' too (a bad value is an error even where unused);
+    unknown keys are an error. Raises one ConfigError naming the key and how to fix it, before
+    any data is loaded or any round runs.
+    """
+    unknown = sorted(set(run_config) - set(run_config_keys()))
+    if unknown:
+        raise ConfigError(
+            f"unknown run-config key(s) {unknown}; known keys: {sorted(run_config_keys())}"
+        )
+    cfg = RunConfig.from_run_config(run_config)
+    method = get_method(cfg.method)
+    cfg.validate()
+    for group in settings_groups()[1:]:
+        group.from_run_config(run_config).validate(cfg)
+    return cfg, method, method.settings.from_run_config(run_config)
+
+
+def markdown_table() -> str:
+    """The README's method table."""
+    rows = [
+        f"| `{m.name}` | {', '.join(m.sends) or 'nothing'} | `{m.strategy.__name__}` | "
+        f"{m.summary} |"
+        for m in METHODS.values()
+    ]
+    header = "| `method` | sends | strategy | what it does |\n|---|---|---|---|"
+    return "\n".join([header, *rows])
+
+
+__all__ = [
+    "METHODS",
+    "ClientPlugin",
+    "ClientRun",
+    "ClientState",
+    "Method",
+    "Reply",
+    "get_method",
+    "parse_run_config",
+    "run_config_keys",
+]

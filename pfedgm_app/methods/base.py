@@ -1,52 +1,88 @@
-"""What a method does on a client. FedAvg's behaviour is the default; methods override hooks.
+"""What a method is: a client plug-in (FedAvg's behaviour by default; methods override hooks),
+a server strategy and its own hyperparameters, declared once as a `Method`.
 
-A method builds its model, trains it for one round, names the parameters it keeps on the
-client (stored in `context.state`, never sent), and personalizes + evaluates at the end.
+A client plug-in builds its model, trains it for one round and returns what it sends (`Reply`),
+names the parameters it keeps on the client (`kept_keys`, stored in `ClientState`, never sent),
+and personalizes + evaluates at the end.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
 from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
-from ..config import RunConfig
+from ..config import RunConfig, Settings
 from ..data import ClientData
 from ..models import FEATURE_DIM, Model, build_generator
+from ..strategies import PersonalizedFedAvg
 from ..training import accuracy, make_sgd, run_epochs, supervised_step
 
-KEPT_RECORD = "kept-arrays"  # context.state key of the parameters a client never sends
-EXTRAS_RECORD = "extras"  # message ArrayRecord of non-model arrays (statistics, personal heads)
+KEPT = "kept-arrays"  # ClientState name of the model parameters a client never sends
+
+
+@dataclass(frozen=True)
+class NoSettings(Settings):
+    """A method without hyperparameters of its own."""
+
+
+@dataclass
+class Reply:
+    """What a client sends after a training round: `arrays` (model arrays the server
+    averages), `metrics` (with the weight, `num-examples`, added by the ClientApp) and `extras`
+    (non-model arrays: statistics, a head to combine).
+    """
+
+    arrays: dict[str, torch.Tensor]
+    metrics: dict[str, float]
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class ClientState:
+    """Arrays a method keeps on the client between messages, by name (in `context.state`,
+    which lives as long as the SuperNode; never sent). The one way client state is kept.
+    """
+
+    def __init__(self, records: RecordDict | None = None) -> None:
+        self.records = RecordDict() if records is None else records
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.records
+
+    def load(self, name: str) -> dict[str, torch.Tensor]:
+        return self.records[name].to_torch_state_dict()
+
+    def save(self, name: str, tensors: Mapping[str, torch.Tensor]) -> None:
+        self.records[name] = ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()})
 
 
 @dataclass
 class ClientRun:
-    """Everything a method needs on a client for one message."""
+    """Everything a plug-in needs on a client for one message."""
 
     cfg: RunConfig
     data: ClientData
-    state: RecordDict
-    generator: torch.Generator  # seeded per (seed, round, client)
+    state: ClientState
+    rng: torch.Generator  # seeded per (seed, round, client, message)
     device: torch.device
-    # Non-model arrays: `received` from the server's "extras" record (e.g. FedPAC's global
-    # prototypes), `sent` back in the reply's (statistics the server aggregates).
-    received: dict[str, torch.Tensor] = field(default_factory=dict)
-    sent: dict[str, torch.Tensor] = field(default_factory=dict)
+    received: dict[str, torch.Tensor] = field(default_factory=dict)  # the server's extras
 
     def epochs(self, step, params, epochs: int, lr: float | None = None, after_step=None) -> dict:
         """The shared training loop with the run's optimizer settings."""
         cfg = self.cfg
         opt = make_sgd(params, lr or cfg.learning_rate, cfg.momentum, cfg.weight_decay)
         x, y = self.data.x_train, self.data.y_train
-        return run_epochs(step, x, y, opt, epochs, cfg.batch_size, self.generator, after_step)
+        return run_epochs(step, x, y, opt, epochs, cfg.batch_size, self.rng, after_step)
 
 
-class Method:
+class ClientPlugin:
     """FedAvg on a client: train the whole model with cross-entropy, send everything."""
 
-    name = "fedavg"
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings if settings is not None else NoSettings()
 
     def build_model(self, image_shape: tuple[int, int, int], num_classes: int) -> Model:
         return Model(build_generator(image_shape), nn.Linear(FEATURE_DIM, num_classes))
@@ -55,24 +91,50 @@ class Method:
         """state_dict keys that stay on the client (never leave it)."""
         return []
 
-    def train(self, model: Model, run: ClientRun) -> dict:
-        return run.epochs(supervised_step(model), model.parameters(), run.cfg.local_epochs)
+    def train(self, model: Model, run: ClientRun) -> Reply:
+        """One local round; returns what the client sends (end with `self.send`)."""
+        metrics = run.epochs(supervised_step(model), model.parameters(), run.cfg.local_epochs)
+        return self.send(model, run, metrics)
 
-    def personalize(self, model: Model, run: ClientRun) -> dict:
+    def personalize(self, model: Model, run: ClientRun) -> dict[str, float]:
         """Final round on every client: returns at least `accuracy` on the client's test split."""
         return {"accuracy": accuracy(model, run.data.x_test, run.data.y_test)}
 
-    # -- state kept on the client -------------------------------------------------------------
-    def restore(self, model: Model, state: RecordDict) -> None:
-        if KEPT_RECORD in state:
-            model.load_state_dict(state[KEPT_RECORD].to_torch_state_dict(), strict=False)
+    def restore(self, model: Model, run: ClientRun) -> None:
+        """Load the parameters this client kept (absent before its first round)."""
+        if KEPT in run.state:
+            model.load_state_dict(run.state.load(KEPT), strict=False)
 
-    def keep(self, model: Model, state: RecordDict) -> None:
-        kept = self.kept_keys(model)
+    def send(
+        self,
+        model: Model,
+        run: ClientRun,
+        metrics: dict[str, float],
+        extras: Mapping[str, torch.Tensor] | None = None,
+    ) -> Reply:
+        """Keep `kept_keys` in the client state and put every other array in the reply."""
+        kept, weights = set(self.kept_keys(model)), model.state_dict()
         if kept:
-            sd = model.state_dict()
-            state[KEPT_RECORD] = ArrayRecord({k: sd[k] for k in kept})
+            run.state.save(KEPT, {k: weights[k] for k in kept})
+        shared = {k: v for k, v in weights.items() if k not in kept}
+        return Reply(shared, metrics, dict(extras or {}))
 
-    def outgoing(self, model: Model) -> ArrayRecord:
-        kept = set(self.kept_keys(model))
-        return ArrayRecord({k: v for k, v in model.state_dict().items() if k not in kept})
+
+@dataclass(frozen=True)
+class Method:
+    """A method, declared once: its `method` key, its client plug-in, a one-line summary, its
+    server strategy (any `PersonalizedFedAvg`), its own hyperparameters, and the model parts
+    whose arrays leave the client in a train reply (`sends`; the tests check the plug-in
+    against it; the README's table shows it).
+    """
+
+    name: str
+    client: type[ClientPlugin]
+    summary: str
+    strategy: type[PersonalizedFedAvg] = PersonalizedFedAvg
+    settings: type[Settings] = NoSettings
+    sends: tuple[str, ...] = ("generator", "head")
+
+    def plugin(self, settings: Settings | None = None) -> ClientPlugin:
+        """The client plug-in with `settings` (this method's defaults if None)."""
+        return self.client(settings if settings is not None else self.settings())

@@ -3,30 +3,35 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import torch
-from flwr.app import ArrayRecord
 
+from ..config import Settings, at_least
 from ..models import Model
 from ..training import accuracy, supervised_step
-from .base import ClientRun, Method
+from .base import ClientPlugin, ClientRun, Method, Reply
 
-PERSONAL_RECORD = "ditto-personal"  # context.state key of the personal model (never sent)
+PERSONAL = "ditto-personal"  # ClientState name of the personal model (never sent)
 
 
-class Ditto(Method):
+@dataclass(frozen=True)
+class DittoSettings(Settings):
+    prefix = "ditto"
+    mu: float = at_least(0, 1.0)  # proximal weight, 1.0 as tuned in the paper
+
+
+class DittoClient(ClientPlugin):
     """Each round a sampled client (1) trains the received global model w as FedAvg does and sends
     it, and (2) trains its personal model v on f(v) + mu/2 ||v - w||^2 with w the received global
-    model (`ditto-mu`, 1.0 as tuned in the paper). v starts from the first global model it
-    receives, stays in `context.state`, and is what the client is evaluated with.
+    model (`ditto-mu`). v starts from the first global model it receives, stays in the client
+    state, and is what the client is evaluated with.
     """
 
-    name = "ditto"
-
-    def train(self, model: Model, run: ClientRun) -> dict:
+    def train(self, model: Model, run: ClientRun) -> Reply:
         received = [p.detach().clone() for p in model.parameters()]
         personal = self._personal(model, run)
-        mu = run.cfg.ditto_mu
+        mu = self.settings.mu
         task = supervised_step(personal)
 
         def proximal_step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
@@ -36,7 +41,7 @@ class Ditto(Method):
             return task(xb, yb) + 0.5 * mu * prox
 
         run.epochs(proximal_step, personal.parameters(), run.cfg.local_epochs)
-        run.state[PERSONAL_RECORD] = ArrayRecord(personal.state_dict())
+        run.state.save(PERSONAL, personal.state_dict())
         return super().train(model, run)
 
     def personalize(self, model: Model, run: ClientRun) -> dict:
@@ -48,6 +53,15 @@ class Ditto(Method):
     @staticmethod
     def _personal(model: Model, run: ClientRun) -> Model:
         personal = copy.deepcopy(model)
-        if PERSONAL_RECORD in run.state:
-            personal.load_state_dict(run.state[PERSONAL_RECORD].to_torch_state_dict())
+        if PERSONAL in run.state:
+            personal.load_state_dict(run.state.load(PERSONAL))
         return personal
+
+
+DITTO = Method(
+    "ditto",
+    DittoClient,
+    "Ditto (Li et al., ICML 2021): FedAvg global model + a personal model trained with the "
+    "proximal term mu/2 ‖v − w‖² (`ditto-mu`, 1.0); evaluated with the personal model",
+    settings=DittoSettings,
+)

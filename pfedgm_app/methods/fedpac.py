@@ -13,13 +13,18 @@ These are the settings of the authors' code (`JianXu95/FedPAC`, `LocalUpdate_Fed
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
+from .. import wire
+from ..config import Settings, above, at_least
 from ..gaussian import class_means
 from ..models import Model
+from ..strategies import FedPAC
 from ..training import apply_batched, frozen, supervised_step
-from .base import ClientRun, Method
+from .base import ClientPlugin, ClientRun, Method, Reply
 from .split import head_keys
 
 
@@ -41,47 +46,51 @@ def feature_statistics(
     return v, p[:, None] * means, means
 
 
-class FedPAC(Method):
-    name = "fedpac"
+@dataclass(frozen=True)
+class FedPACSettings(Settings):
+    prefix = "fedpac"
+    lambda_: float = at_least(0, 1.0)  # weight of the feature alignment (the paper's tuning)
+    head_epochs: int = at_least(1, 1)
+    head_learning_rate: float = above(0, 0.1)
 
+
+class FedPACClient(ClientPlugin):
     def kept_keys(self, model: Model) -> list[str]:
         return head_keys(model)
 
-    def train(self, model: Model, run: ClientRun) -> dict:
-        cfg, gen, head = run.cfg, model.generator, model.head
+    def train(self, model: Model, run: ClientRun) -> Reply:
+        cfg, gen, head = self.settings, model.generator, model.head
         x, y, num_classes = run.data.x_train, run.data.y_train, run.data.num_classes
         self._receive_head(model, run)
         z = apply_batched(gen, x)
         variance, h_ref, local = feature_statistics(z, y, num_classes)
         targets = None
-        if "protos" in run.received:  # from round 2 on
-            known = run.received["protos-count"] > 0
-            targets = torch.where(known[:, None], run.received["protos"], local)
+        if wire.PROTOS in run.received:  # from round 2 on
+            known = run.received[wire.PROTOS_COUNT] > 0
+            targets = torch.where(known[:, None], run.received[wire.PROTOS], local)
 
         task = supervised_step(model)
         with frozen(gen):
-            run.epochs(
-                task, head.parameters(), cfg.fedpac_head_epochs, cfg.fedpac_head_learning_rate
-            )
+            run.epochs(task, head.parameters(), cfg.head_epochs, cfg.head_learning_rate)
 
         def aligned_step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             zb = gen(xb)
             loss = F.cross_entropy(head(zb), yb)
             if targets is not None:
-                loss = loss + cfg.fedpac_lambda * F.mse_loss(zb, targets[yb])
+                loss = loss + cfg.lambda_ * F.mse_loss(zb, targets[yb])
             return loss
 
         with frozen(head):
-            metrics = run.epochs(aligned_step, gen.parameters(), cfg.local_epochs)
+            metrics = run.epochs(aligned_step, gen.parameters(), run.cfg.local_epochs)
         protos, counts = class_means(apply_batched(gen, x), y, num_classes, local)
-        run.sent = {
+        extras = {
             **{k: v for k, v in model.state_dict().items() if k.startswith("head.")},
-            "protos": protos,
-            "class-counts": counts,
-            "variance": variance.reshape(1),
-            "h-ref": h_ref,
+            wire.PROTOS: protos,
+            wire.CLASS_COUNTS: counts,
+            wire.VARIANCE: variance.reshape(1),
+            wire.H_REF: h_ref,
         }
-        return metrics
+        return self.send(model, run, metrics, extras)
 
     def personalize(self, model: Model, run: ClientRun) -> dict:
         """The client's combined head (from its last round) on the final global body."""
@@ -94,3 +103,16 @@ class FedPAC(Method):
         combined = {k: v for k, v in run.received.items() if k.startswith("head.")}
         if combined:
             model.load_state_dict(combined, strict=False)
+
+
+FEDPAC = Method(
+    "fedpac",
+    FedPACClient,
+    "FedPAC (Xu et al., ICLR 2023): `fedpac-head-epochs` (1) head epochs at "
+    "`fedpac-head-learning-rate` (0.1), then `local-epochs` body epochs on CE + `fedpac-lambda` "
+    "(1.0) × MSE to the global class prototypes; the server combines the participants' heads "
+    "per client from their feature statistics (a simplex QP); the head never joins the average",
+    strategy=FedPAC,
+    settings=FedPACSettings,
+    sends=("generator",),  # the head goes in the extras, to be combined, never averaged
+)

@@ -13,13 +13,17 @@ by `num-examples` (`strategies.PFedFDA`). Settings follow the authors' code
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..config import Settings, at_least
 from ..models import FEATURE_DIM, Model, build_generator
+from ..strategies import PFedFDA
 from ..training import accuracy, apply_batched
-from .base import ClientRun, Method
+from .base import ClientPlugin, ClientRun, Method, Reply
 
 SHRINKAGE = 1e-4  # LDA's Sigma' = (1 - eps) Sigma + eps tr(Sigma)/d I, and the prior floor
 COVARIANCE_RIDGE = 1.0  # identity added to the estimated covariance, as the authors' code does
@@ -83,12 +87,12 @@ def gaussian_statistics(
     return means, cov
 
 
-def stratified_folds(y: torch.Tensor, folds: int, generator: torch.Generator) -> torch.Tensor:
+def stratified_folds(y: torch.Tensor, folds: int, rng: torch.Generator) -> torch.Tensor:
     """A fold index per sample: within each class, a seeded shuffle dealt round-robin."""
     fold = torch.empty_like(y)
     for k in torch.unique(y):
         idx = torch.nonzero(y == k).flatten()
-        idx = idx[torch.randperm(len(idx), generator=generator).to(idx.device)]
+        idx = idx[torch.randperm(len(idx), generator=rng).to(idx.device)]
         fold[idx] = torch.arange(len(idx), device=y.device) % folds
     return fold
 
@@ -100,7 +104,7 @@ def choose_betas(
     global_cov: torch.Tensor,
     priors: torch.Tensor,
     folds: int,
-    generator: torch.Generator,
+    rng: torch.Generator,
 ) -> tuple[float, float]:
     """pFedFDA's interpolation coefficients (beta_mu, beta_Sigma), each in [0, 1]: minimize the
     k-fold cross-validated cross-entropy of the LDA classifier built from
@@ -114,7 +118,7 @@ def choose_betas(
     z, y = z[keep], y[keep]
     if torch.unique(y).numel() < 2:
         return 0.0, 0.0
-    fold = stratified_folds(y, folds, generator)
+    fold = stratified_folds(y, folds, rng)
     splits = []
     for f in range(folds):
         train, test = fold != f, fold == f
@@ -146,15 +150,19 @@ def _mix(beta, mu, cov, global_mu, global_cov):
     return beta[0] * mu + (1 - beta[0]) * global_mu, beta[1] * cov + (1 - beta[1]) * global_cov
 
 
-class PFedFDA(Method):
-    """pFedFDA client: body trained under the fixed global LDA head; statistics adapted locally."""
+@dataclass(frozen=True)
+class PFedFDASettings(Settings):
+    prefix = "pfedfda"
+    cv_folds: int = at_least(2, 2)  # folds of the cross-validation that picks the betas
 
-    name = "pfedfda"
+
+class PFedFDAClient(ClientPlugin):
+    """pFedFDA client: body trained under the fixed global LDA head; statistics adapted locally."""
 
     def build_model(self, image_shape: tuple[int, int, int], num_classes: int) -> Model:
         return Model(build_generator(image_shape), LDAHead(num_classes, FEATURE_DIM))
 
-    def train(self, model: Model, run: ClientRun) -> dict:
+    def train(self, model: Model, run: ClientRun) -> Reply:
         gen, head, data = model.generator, model.head, run.data
         priors = local_priors(data.y_train, data.num_classes)
         head.fit_(head.mu, head.cov, priors)
@@ -170,7 +178,7 @@ class PFedFDA(Method):
         # The statistics come from the features seen while training (all epochs), as in
         # pFedFDA's code: no extra forward pass.
         betas = self._adapt_(head, torch.cat(seen_z), torch.cat(seen_y), priors, run)
-        return {**metrics, **betas}
+        return self.send(model, run, {**metrics, **betas})
 
     def personalize(self, model: Model, run: ClientRun) -> dict:
         """Statistics from the final body's features of the train split, adapted as in training."""
@@ -184,14 +192,25 @@ class PFedFDA(Method):
         result.update(self._adapt_(head, z_train, data.y_train, priors, run))
         return {**result, "accuracy": accuracy(head, z_test, data.y_test)}
 
-    @staticmethod
-    def _adapt_(head: LDAHead, z: torch.Tensor, y: torch.Tensor, priors, run: ClientRun) -> dict:
+    def _adapt_(self, head: LDAHead, z: torch.Tensor, y: torch.Tensor, priors, run: ClientRun):
         """Set head.mu / head.cov to the interpolated statistics and fit the classifier."""
-        folds = run.cfg.pfedfda_cv_folds
+        folds = self.settings.cv_folds
         local_mu, local_cov = gaussian_statistics(z, y, head.mu, folds)
-        b_mu, b_cov = choose_betas(z, y, head.mu, head.cov, priors, folds, run.generator)
+        b_mu, b_cov = choose_betas(z, y, head.mu, head.cov, priors, folds, run.rng)
         mu, cov = _mix((b_mu, b_cov), local_mu, local_cov, head.mu, head.cov)
         head.mu.copy_(mu)
         head.cov.copy_(cov)
         head.fit_(mu, cov, priors)
         return {"pfedfda-beta-mean": b_mu, "pfedfda-beta-cov": b_cov}
+
+
+PFEDFDA = Method(
+    "pfedfda",
+    PFedFDAClient,
+    "pFedFDA (McLaughlin et al., NeurIPS 2024): body trained under a fixed LDA head built from "
+    "the global class means and shared covariance; local statistics interpolated with the "
+    "global ones, one coefficient for the means and one for the covariance, each in [0, 1], "
+    "chosen by `pfedfda-cv-folds` (2)-fold cross-validation with L-BFGS",
+    strategy=PFedFDA,
+    settings=PFedFDASettings,
+)

@@ -15,16 +15,26 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
-from flwr.app import ArrayRecord
 from torch import nn
 
+from ..config import Settings, above, at_least
 from ..models import Model
 from ..training import accuracy, run_epochs, supervised_step
-from .base import ClientRun, Method
+from .base import ClientPlugin, ClientRun, Method, Reply
 
-PERSONAL_RECORD = "pfedme-personal"  # context.state key of theta (never sent)
+PERSONAL = "pfedme-personal"  # ClientState name of theta (never sent)
+
+
+@dataclass(frozen=True)
+class PFedMeSettings(Settings):
+    prefix = "pfedme"
+    lambda_: float = at_least(0, 5.0)  # Moreau weight, as tuned in the paper
+    inner_steps: int = at_least(1, 5)  # K
+    personal_learning_rate: float = above(0, 0.01)
+    tolerance: float = at_least(0, 0.0)  # ||grad h|| at which the inner solve stops early
 
 
 def moreau_step_(
@@ -74,7 +84,7 @@ def _norm(tensors: list[torch.Tensor]) -> float:
     return torch.sqrt(sum(t.pow(2).sum() for t in tensors)).item()
 
 
-class PFedMe(Method):
+class PFedMeClient(ClientPlugin):
     """pFedMe client: per batch, the inner problem on theta, then the outer step on w.
 
     The personalize round runs this client update once more against the final global model on
@@ -82,12 +92,10 @@ class PFedMe(Method):
     client trains in every round; here a fraction q does, so the final update is run here).
     """
 
-    name = "pfedme"
-
-    def train(self, model: Model, run: ClientRun) -> dict:
+    def train(self, model: Model, run: ClientRun) -> Reply:
         personal, metrics = self._client_update(model, run)
-        run.state[PERSONAL_RECORD] = ArrayRecord(personal.state_dict())
-        return metrics
+        run.state.save(PERSONAL, personal.state_dict())
+        return self.send(model, run, metrics)
 
     def personalize(self, model: Model, run: ClientRun) -> dict:
         global_acc = super().personalize(model, run)["accuracy"]
@@ -98,10 +106,9 @@ class PFedMe(Method):
             "pfedme-inner-grad-norm": metrics["pfedme-inner-grad-norm"],
         }
 
-    @staticmethod
-    def _client_update(model: Model, run: ClientRun) -> tuple[Model, dict]:
+    def _client_update(self, model: Model, run: ClientRun) -> tuple[Model, dict]:
         """One round of pFedMe on `model` (w, updated in place); returns theta and metrics."""
-        cfg = run.cfg
+        cfg, own = run.cfg, self.settings
         personal = copy.deepcopy(model)  # theta^0 = w, as pFedMe sets both from the global model
         anchor = [p.detach() for p in model.parameters()]  # w, updated in place below
         task = supervised_step(personal)
@@ -112,20 +119,31 @@ class PFedMe(Method):
                 personal,
                 anchor,
                 lambda: task(xb, yb),
-                cfg.pfedme_lambda,
-                cfg.pfedme_personal_learning_rate,
-                cfg.pfedme_inner_steps,
-                cfg.pfedme_tolerance,
+                own.lambda_,
+                own.personal_learning_rate,
+                own.inner_steps,
+                own.tolerance,
                 cfg.weight_decay,
             )
             norms.append(norm)
             with torch.no_grad():  # outer step: w <- w - eta * lambda * (w - theta)
                 for w, theta in zip(anchor, personal.parameters(), strict=True):
-                    w.sub_(cfg.learning_rate * cfg.pfedme_lambda * (w - theta))
+                    w.sub_(cfg.learning_rate * own.lambda_ * (w - theta))
             return loss
 
         # Both updates happen inside `step`: the loop only batches (optimizer=None).
         x, y = run.data.x_train, run.data.y_train
-        metrics = run_epochs(step, x, y, None, cfg.local_epochs, cfg.batch_size, run.generator)
+        metrics = run_epochs(step, x, y, None, cfg.local_epochs, cfg.batch_size, run.rng)
         metrics["pfedme-inner-grad-norm"] = sum(norms) / max(len(norms), 1)
         return personal, metrics
+
+
+PFEDME = Method(
+    "pfedme",
+    PFedMeClient,
+    "pFedMe (Dinh et al., NeurIPS 2020): per batch, the Moreau-envelope inner problem on the "
+    "personal model theta (`pfedme-inner-steps` (5) steps at `pfedme-personal-learning-rate` "
+    "(0.01), stopping at `pfedme-tolerance`), then w ← w − lr·`pfedme-lambda` (5.0)·(w − theta); "
+    "theta stays on the client and is what is evaluated",
+    settings=PFedMeSettings,
+)

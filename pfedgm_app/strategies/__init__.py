@@ -1,7 +1,14 @@
 """Server-side strategies (flwr + numpy only; no models or data code of this app)."""
 
 from .fedpac import FedPAC
-from .personalized import PersonalizationResult, PersonalizedFedAvg, merge_arrays, summarize
+from .personalized import (
+    PersonalizationResult,
+    PersonalizedFedAvg,
+    RoundHook,
+    merge_arrays,
+    summarize,
+    wait_for_nodes,
+)
 from .pfedfda import PFedFDA
 from .pfedgm import PFedGM
 
@@ -11,6 +18,8 @@ __all__ = [
     "PFedGM",
     "PersonalizationResult",
     "PersonalizedFedAvg",
+    "RoundHook",
     "merge_arrays",
     "summarize",
+    "wait_for_nodes",
 ]

@@ -1,11 +1,11 @@
 """Server side of FedPAC (Xu, Tong & Huang, ICLR 2023): body averaging, global prototypes and
 the per-client classifier combination.
 
-Usable by any Flower project whose clients put, in the reply's "extras" ArrayRecord, their head
+Usable by any Flower project whose clients put, in the reply's `wire.EXTRAS` ArrayRecord, their head
 arrays (names given by `head_keys`), `protos` (K, d) class means, `class-counts` (K,),
 `variance` (1,) = V_i and `h-ref` (K, d) = H_i (FedPAC's feature statistics). The body travels
 in the usual "arrays" record and is averaged by `num-examples`. Each message to a node then
-carries, in "extras", the global prototypes (`protos`, `protos-count`) and, once the node has
+carries, in `wire.EXTRAS`, the global prototypes (`protos`, `protos-count`) and, once the node has
 trained, the head combined for it.
 """
 
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
+from .. import wire
 from .personalized import PersonalizedFedAvg
 
 
@@ -97,8 +98,8 @@ class FedPAC(PersonalizedFedAvg):
     def extras_for(self, node_id: int) -> ArrayRecord | None:
         arrays: dict[str, np.ndarray] = dict(self.heads.get(node_id, {}))
         if self.global_protos is not None:
-            arrays["protos"] = self.global_protos
-            arrays["protos-count"] = self.protos_count
+            arrays[wire.PROTOS] = self.global_protos
+            arrays[wire.PROTOS_COUNT] = self.protos_count
         return ArrayRecord({k: Array(v) for k, v in arrays.items()}) if arrays else None
 
     def aggregate_extras(
@@ -106,14 +107,14 @@ class FedPAC(PersonalizedFedAvg):
     ) -> ArrayRecord:
         nodes = sorted(extras)
         stats = {n: {k: v.numpy() for k, v in extras[n][1].items()} for n in nodes}
-        counts = np.stack([stats[n]["class-counts"] for n in nodes])  # (m, K)
-        protos = np.stack([stats[n]["protos"] for n in nodes])  # (m, K, d)
+        counts = np.stack([stats[n][wire.CLASS_COUNTS] for n in nodes])  # (m, K)
+        protos = np.stack([stats[n][wire.PROTOS] for n in nodes])  # (m, K, d)
         total = counts.sum(0)
         mean = (counts[..., None] * protos).sum(0) / np.maximum(total, 1)[:, None]
         self.global_protos = mean.astype(protos.dtype)
         self.protos_count = total
-        variances = np.array([float(stats[n]["variance"].reshape(-1)[0]) for n in nodes])
-        h_refs = np.stack([stats[n]["h-ref"] for n in nodes])
+        variances = np.array([float(stats[n][wire.VARIANCE].reshape(-1)[0]) for n in nodes])
+        h_refs = np.stack([stats[n][wire.H_REF] for n in nodes])
         heads = {k: np.stack([stats[n][k] for n in nodes]) for k in self.head_keys}
         for i, node in enumerate(nodes):
             alpha = combination_weights(variances, h_refs, i, self.weight_threshold)

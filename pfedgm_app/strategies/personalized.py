@@ -1,11 +1,14 @@
 """FedAvg for personalized FL: local keys, dropped non-finite updates, a personalize round.
 
 Import-light (flwr + numpy only): any Flower project can use it with its own models and data.
+Built on Flower's public strategy hooks (`configure_train`, `aggregate_train`); the wire names
+(record keys, message types, metric keys) are those of `pfedgm_app.wire`.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
@@ -23,10 +26,10 @@ from flwr.app import (
 from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
-from flwr.serverapp.strategy.strategy_utils import sample_nodes
+
+from .. import wire
 
 RoundHook = Callable[[int, ArrayRecord, MetricRecord | None], None]
-EXTRAS_KEY = "extras"  # ArrayRecord of non-model arrays, in both directions
 
 
 @dataclass
@@ -60,7 +63,8 @@ class PersonalizedFedAvg(FedAvg):
     - With `node_ranks` (node id -> a stable client index, e.g. its partition id), clients are
       sampled by that index with `random.Random(seed)`: runs of different methods with the same
       seed train the same clients in the same rounds (node ids change from run to run).
-    - Non-model arrays travel in a second ArrayRecord, `"extras"`: a reply's extras (client
+      Without it, the connected nodes are sampled in the order the grid lists them.
+    - Non-model arrays travel in a second ArrayRecord, `wire.EXTRAS`: a reply's extras (client
       statistics) are taken out before averaging and handed to `aggregate_extras`; the server
       adds `extras_for(node_id)` (global statistics, a client's own head) to each message.
       Both hooks do nothing here; FedPAC and pFedFDA override them.
@@ -71,9 +75,9 @@ class PersonalizedFedAvg(FedAvg):
     def __init__(
         self,
         *,
-        personalize_message_type: str = "train.personalize",
-        accuracy_key: str = "accuracy",
-        test_size_key: str = "num-test",
+        personalize_message_type: str = wire.PERSONALIZE_MESSAGE_TYPE,
+        accuracy_key: str = wire.ACCURACY,
+        test_size_key: str = wire.NUM_TEST,
         on_round: RoundHook | None = None,
         node_ranks: Mapping[int, int] | None = None,
         seed: int = 0,
@@ -81,39 +85,47 @@ class PersonalizedFedAvg(FedAvg):
     ) -> None:
         super().__init__(**fedavg_kwargs)
         self.node_ranks = node_ranks
-        self._rng = random.Random(seed)
+        self.rng = random.Random(seed)
         self.personalize_message_type = personalize_message_type
         self.accuracy_key = accuracy_key
         self.test_size_key = test_size_key
         self.on_round = on_round
-        self._current: ArrayRecord | None = None
+        # aggregate_train sees only the replies; the arrays sent in each round are what a key
+        # no client returns keeps (keyed by round, so hook order across rounds does not matter).
+        self.sent_arrays: dict[int, ArrayRecord] = {}
 
     # -- training rounds ----------------------------------------------------------------------
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        self._current = arrays
-        if self.node_ranks is None:
-            return super().configure_train(server_round, arrays, config, grid)
-        _, nodes = sample_nodes(grid, self.min_available_nodes, 0)  # waits for enough nodes
-        nodes = sorted(nodes, key=lambda n: self.node_ranks.get(n, len(self.node_ranks) + n))
-        size = max(int(len(nodes) * self.fraction_train), self.min_train_nodes)
-        chosen = self._rng.sample(nodes, min(size, len(nodes)))
-        log(INFO, "configure_train: sampled %d nodes (out of %d)", len(chosen), len(nodes))
-        config["server-round"] = server_round
+        if self.fraction_train == 0.0:
+            return []
+        self.sent_arrays[server_round] = arrays
+        nodes = self.sample_train_nodes(grid)
+        log(INFO, "configure_train: sampled %d nodes", len(nodes))
+        config[wire.ROUND] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
-        return self._construct_messages(record, chosen, MessageType.TRAIN)
+        return self.messages(record, nodes, MessageType.TRAIN)
 
-    def _construct_messages(
-        self, record: RecordDict, node_ids: list[int], message_type: str
-    ) -> Iterable[Message]:
+    def sample_train_nodes(self, grid: Grid) -> list[int]:
+        """Wait for `min_available_nodes`, then sample `fraction_train` of the connected nodes
+        (at least `min_train_nodes`), by `node_ranks` when given.
+        """
+        nodes = wait_for_nodes(grid, self.min_available_nodes)
+        size = min(max(int(len(nodes) * self.fraction_train), self.min_train_nodes), len(nodes))
+        if self.node_ranks is None:
+            return self.rng.sample(nodes, size)
+        nodes = sorted(nodes, key=lambda n: self.node_ranks.get(n, len(self.node_ranks) + n))
+        return self.rng.sample(nodes, size)
+
+    def messages(self, record: RecordDict, node_ids: list[int], message_type: str) -> list[Message]:
         """One message per node, with that node's `extras_for` added when it has any."""
         messages = []
         for node in node_ids:
             extras = self.extras_for(node)
             content = record
             if extras is not None:
-                content = RecordDict({**dict(record.items()), EXTRAS_KEY: extras})
+                content = RecordDict({**dict(record.items()), wire.EXTRAS: extras})
             messages.append(Message(content=content, message_type=message_type, dst_node_id=node))
         return messages
 
@@ -140,6 +152,7 @@ class PersonalizedFedAvg(FedAvg):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        current = self.sent_arrays.pop(server_round, None)
         kept = []  # error replies stay in: FedAvg logs and skips them
         extras: dict[int, tuple[float, ArrayRecord]] = {}
         for msg in replies:
@@ -148,25 +161,23 @@ class PersonalizedFedAvg(FedAvg):
                 log(WARNING, "Dropping update of node %d: %s", msg.metadata.src_node_id, reason)
                 continue
             kept.append(msg)
-            if not msg.has_error() and EXTRAS_KEY in msg.content:
-                weight = float(
-                    next(iter(msg.content.metric_records.values()))[self.weighted_by_key]
-                )
-                extras[msg.metadata.src_node_id] = (weight, msg.content.pop(EXTRAS_KEY))
+            if not msg.has_error() and wire.EXTRAS in msg.content:
+                weight = self._weight(msg)
+                extras[msg.metadata.src_node_id] = (weight, msg.content.pop(wire.EXTRAS))
         arrays, metrics = super().aggregate_train(server_round, kept)
-        arrays = merge_arrays(self._current, arrays)
+        arrays = merge_arrays(current, arrays)
         if arrays is not None and extras:
             arrays = self.aggregate_extras(server_round, arrays, extras)
         if metrics is not None:  # totals next to FedAvg's weighted means: cost accounting
             valid = [m for m in kept if not m.has_error()]
             metrics["num-clients"] = len(valid)
-            metrics[self.weighted_by_key + "-total"] = sum(
-                float(next(iter(m.content.metric_records.values()))[self.weighted_by_key])
-                for m in valid
-            )
+            metrics[self.weighted_by_key + "-total"] = sum(self._weight(m) for m in valid)
         if self.on_round is not None:
-            self.on_round(server_round, arrays if arrays is not None else self._current, metrics)
+            self.on_round(server_round, arrays if arrays is not None else current, metrics)
         return arrays, metrics
+
+    def _weight(self, msg: Message) -> float:
+        return float(next(iter(msg.content.metric_records.values()))[self.weighted_by_key])
 
     # -- the personalize round ----------------------------------------------------------------
     def personalize(
@@ -174,14 +185,10 @@ class PersonalizedFedAvg(FedAvg):
     ) -> PersonalizationResult:
         """Send the final arrays to every connected node, each personalizes and evaluates."""
         nodes = sorted(grid.get_node_ids())
-        log(
-            INFO,
-            "personalize: sending '%s' to all %d nodes",
-            self.personalize_message_type,
-            len(nodes),
-        )
+        log(INFO, "personalize: sending '%s' to all %d nodes", self.personalize_message_type,
+            len(nodes))  # fmt: skip
         content = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
-        messages = self._construct_messages(content, nodes, self.personalize_message_type)
+        messages = self.messages(content, nodes, self.personalize_message_type)
         rows, failures = [], []
         for reply in grid.send_and_receive(messages, timeout=timeout):
             node = reply.metadata.src_node_id
@@ -196,6 +203,14 @@ class PersonalizedFedAvg(FedAvg):
         if missing:
             failures.append(f"{missing} node(s) did not answer within {timeout}s")
         return summarize(rows, self.accuracy_key, self.test_size_key, failures)
+
+
+def wait_for_nodes(grid: Grid, count: int, poll: float = 1.0) -> list[int]:
+    """The connected node ids, once at least `count` are connected."""
+    while len(nodes := list(grid.get_node_ids())) < count:
+        log(INFO, "Waiting for nodes to connect: %d connected (need %d)", len(nodes), count)
+        time.sleep(poll)
+    return nodes
 
 
 def merge_arrays(current: ArrayRecord | None, update: ArrayRecord | None) -> ArrayRecord | None:

@@ -1,10 +1,14 @@
 """Run the app through the real Flower engine from Python (tests, benchmarks, comparisons).
 
+Not part of the app (it manages processes: /proc scans, signals): a helper of `tests/` and
+`benchmarks/`, imported as `devtools.launch` from the repository root.
+
 `flwr run` returns as soon as the run is submitted, and `flwr run --stream` exits 0 even when
 the run fails, so `run_app` submits with `--format json`, polls `flwr list` until the run is
-finished, and returns its status, its log and the `summary.json` it wrote. Runs go to the
-simulation engine, or to a federation of real SuperLink and SuperNode processes that
-`start_deployment` starts on this machine (the deployment path, one process per SuperNode).
+finished, and returns its status, its log and the `summary.json` it wrote in its `output-dir`
+(a fresh temporary folder when the run-config names none). Runs go to the simulation engine,
+or to a federation of real SuperLink and SuperNode processes that `start_deployment` starts on
+this machine (the deployment path, one process per SuperNode).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +34,7 @@ class FlowerRun:
     run_id: str
     status: str
     log: str
-    output_dir: Path | None
+    output_dir: Path
     summary: dict[str, Any] = field(default_factory=dict)
     wall_seconds: float = 0.0
 
@@ -80,6 +85,9 @@ def run_app(
     federation of `$FLWR_HOME/config.toml` (e.g. one from `start_deployment`).
     """
     started = time.time()
+    if not run_config.get("output-dir"):
+        run_config = {**run_config, "output-dir": tempfile.mkdtemp(prefix="pfedgm-run-")}
+    output_dir = Path(run_config["output-dir"]).resolve()
     cmd = ["flwr", "run", str(app_dir)]
     if federation is None:
         sim = f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client}"
@@ -98,9 +106,8 @@ def run_app(
     link = [] if federation is None else [federation]  # where `flwr list/log/stop` must look
     status = _wait(run_id, env, started + timeout, link)
     log = _flwr(["log", run_id, *link, "--show"], env, check=False).stdout
-    output_dir = _output_dir(log)
-    summary_path = output_dir / "summary.json" if output_dir else None
-    summary = json.loads(summary_path.read_text()) if summary_path and summary_path.exists() else {}
+    summary_path = output_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     return FlowerRun(run_id, status, log, output_dir, summary, time.time() - started)
 
 
@@ -123,14 +130,6 @@ def _wait(run_id: str, env: dict[str, str], deadline: float, link: list[str]) ->
 
 def _flwr(args: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["flwr", *args], env=env, capture_output=True, text=True, check=check)
-
-
-def _output_dir(log: str) -> Path | None:
-    marker = "outputs in "
-    for line in log.splitlines():
-        if "pFedGM app:" in line and marker in line:
-            return Path(line.split(marker, 1)[1].strip())
-    return None
 
 
 @dataclass

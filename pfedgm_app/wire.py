@@ -1,0 +1,42 @@
+"""The wire contract between the ServerApp (strategies) and the ClientApp: message types,
+record names and metric keys. Both sides import them from here, and nothing else (flwr-free,
+so a strategy stays usable by any Flower project).
+
+Messages and their records (R = RecordDict key):
+
+| message type           | server -> client                          | client -> server           |
+|------------------------|-------------------------------------------|----------------------------|
+| `query`                | (empty)                                   | METRICS: identity, sizes   |
+| `train`                | ARRAYS, CONFIG (ROUND), EXTRAS (optional) | ARRAYS, METRICS, EXTRAS?   |
+| `train.personalize`    | ARRAYS, CONFIG, EXTRAS (optional)         | METRICS: ACCURACY, ...     |
+
+Messages carry per-round values only; the run's settings reach every ClientApp through
+`context.run_config`.
+"""
+
+PERSONALIZE = "personalize"  # the ClientApp's `@app.train(PERSONALIZE)` action
+PERSONALIZE_MESSAGE_TYPE = f"train.{PERSONALIZE}"  # the message type Flower routes to it
+
+# RecordDict keys
+ARRAYS = "arrays"  # model arrays the server averages (Flower's default `arrayrecord_key`)
+CONFIG = "config"  # per-round values (Flower's default `configrecord_key`)
+METRICS = "metrics"
+EXTRAS = "extras"  # non-model arrays (statistics, per-client heads), in both directions
+
+# ConfigRecord keys
+ROUND = "server-round"  # set by Flower's strategies in every train message
+
+# MetricRecord keys
+NUM_EXAMPLES = "num-examples"  # training samples: the weight of the average
+NUM_TEST = "num-test"  # test samples: the weight of the personalized accuracy's mean
+ACCURACY = "accuracy"  # personalized test accuracy in [0, 1]
+PARTITION_ID = "partition-id"
+NUM_PARTITIONS = "num-partitions"
+NUM_CLASSES_PRESENT = "num-classes-present"
+
+# FedPAC's extras: client -> server statistics, server -> client global prototypes
+PROTOS = "protos"  # (K, d) class means
+CLASS_COUNTS = "class-counts"  # (K,)
+VARIANCE = "variance"  # (1,) V_i
+H_REF = "h-ref"  # (K, d) H_i
+PROTOS_COUNT = "protos-count"  # (K,) samples behind each global prototype
