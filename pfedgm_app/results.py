@@ -79,7 +79,9 @@ class RunWriter:
         with open(self.run_dir / "rounds.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
 
-    def on_round(self, server_round: int, arrays: ArrayRecord, metrics: MetricRecord | None):
+    def on_round(
+        self, server_round: int, arrays: ArrayRecord, metrics: MetricRecord | None
+    ) -> None:
         """A strategy's `on_round` hook: one line of `rounds.jsonl` with the round's seconds."""
         now = time.time()
         last = self.times.get("round", self.times.get("rounds", now))

@@ -31,15 +31,22 @@ def test_pyproject_declares_exactly_the_registered_keys_with_their_defaults():
     """[tool.flwr.app.config] (where Flower reads the keys) equals what the registry declares:
     a method's settings added or changed without pyproject.toml fails here."""
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
-    assert declared["config"] == run_config_keys()
-    cfg, method, settings = parse_run_config(declared["config"])
+    declared, registered = declared["config"], run_config_keys()
+    assert sorted(set(registered) - set(declared)) == [], "add these keys to pyproject.toml"
+    assert sorted(set(declared) - set(registered)) == [], "pyproject.toml has unknown keys"
+    assert {k: v for k, v in declared.items() if v != registered[k]} == {}, "defaults differ"
+    cfg, method, settings = parse_run_config(declared)
     assert cfg == RunConfig() and settings == method.settings()
 
 
-def test_readme_method_table_is_the_registrys():
-    """README's table is `python -m pfedgm_app.methods`' output, in the registry's order."""
-    assert markdown_table() in (ROOT / "README.md").read_text()
+def test_readme_method_table_is_the_registrys_and_every_key_is_documented():
+    """README's table is `python -m pfedgm_app.methods`' output, in the registry's order, and
+    its run-config table names every key."""
+    readme = (ROOT / "README.md").read_text()
+    assert markdown_table() in readme, "paste `python -m pfedgm_app.methods` into README.md"
     assert markdown_table().count("\n| `") == len(METHODS)
+    keys = readme[readme.index("## Run-config keys") :]
+    assert [k for k in run_config_keys() if f"`{k}`" not in keys] == []
 
 
 def test_a_method_registered_once_is_known_everywhere():
