@@ -113,9 +113,9 @@ class PersonalizedFedAvg(FedAvg):
         """
         nodes = wait_for_nodes(grid, self.min_available_nodes)
         size = min(max(int(len(nodes) * self.fraction_train), self.min_train_nodes), len(nodes))
-        if self.node_ranks is None:
-            return self.rng.sample(nodes, size)
-        nodes = sorted(nodes, key=lambda n: self.node_ranks.get(n, len(self.node_ranks) + n))
+        if self.node_ranks is not None:  # the same order whatever ids the nodes got this run
+            ranks = self.node_ranks
+            nodes = sorted(nodes, key=lambda n: ranks.get(n, len(ranks) + n))
         return self.rng.sample(nodes, size)
 
     def messages(self, record: RecordDict, node_ids: list[int], message_type: str) -> list[Message]:
