@@ -63,7 +63,7 @@ class PersonalizedFedAvg(FedAvg):
     - With `node_ranks` (node id -> a stable client index, e.g. its partition id), clients are
       sampled by that index with `random.Random(seed)`: runs of different methods with the same
       seed train the same clients in the same rounds (node ids change from run to run).
-      Without it, the connected nodes are sampled in the order the grid lists them.
+      Without it, they are sampled with the same seeded RNG from the grid's list of nodes.
     - Non-model arrays travel in a second ArrayRecord, `wire.EXTRAS`: a reply's extras (client
       statistics) are taken out before averaging and handed to `aggregate_extras`; the server
       adds `extras_for(node_id)` (global statistics, a client's own head) to each message.
