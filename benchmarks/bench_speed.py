@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from pfedgm_app.models import FEATURE_DIM, Model, build_generator
+from pfedgm_app.models import build_model
 from pfedgm_app.training import make_sgd, run_epochs, supervised_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +92,7 @@ def bare_loop(passes: int, threads: int) -> float:
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     x, y = torch.randn(2000, 3, 32, 32), torch.randint(0, 10, (2000,))
-    model = Model(build_generator((3, 32, 32)), torch.nn.Linear(FEATURE_DIM, 10))
+    model = build_model((3, 32, 32), lambda dim: torch.nn.Linear(dim, 10))
     opt = make_sgd(model.parameters(), 0.01, 0.5, 5e-4)
     run_epochs(supervised_step(model), x[:500], y[:500], opt, 1)  # warm-up
     epochs = max(1, round(passes / len(x)))

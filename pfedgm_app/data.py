@@ -16,10 +16,12 @@ from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow.parquet as pq
 import torch
 from flwr_datasets.partitioner import Partitioner
 
 from .config import ConfigError, RunConfig
+from .models import BACKBONES
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +33,7 @@ HUB_DATASETS: dict[str, tuple[str, str]] = {
     "flwrlabs/femnist": ("image", "character"),
     "zh-plus/tiny-imagenet": ("image", "label"),
 }
-# Image shapes (C, H, W) with a backbone in `models.py`.
-SUPPORTED_SHAPES = ((3, 32, 32), (1, 28, 28))
+GRAY_MODES = ("1", "L", "LA", "I", "I;16", "F")  # PIL modes without color
 
 
 @dataclass(frozen=True)
@@ -105,19 +106,36 @@ def _load_pool(source: str) -> PoolInfo:
     pool = datasets.concatenate_datasets([splits[s] for s in order])
     image_col, label_col = _columns(source, pool.features)
     label_feature = pool.features[label_col]
+    labels = np.asarray(pool[label_col], dtype=np.int64)
     if isinstance(label_feature, datasets.ClassLabel):
         num_classes = label_feature.num_classes
     else:
-        num_classes = int(max(pool[label_col])) + 1
-    first = np.asarray(pool[0][image_col])
-    shape = (1, *first.shape) if first.ndim == 2 else (3, *first.shape[:2])
-    if shape not in SUPPORTED_SHAPES:
+        num_classes = int(labels.max()) + 1
+    if labels.min() < 0 or labels.max() >= num_classes:
         raise ConfigError(
-            f"dataset {source!r} has images of shape {shape} (C, H, W); supported shapes are "
-            f"{list(SUPPORTED_SHAPES)} (CIFAR 32x32 color, EMNIST/MNIST 28x28 grayscale)"
+            f"dataset {source!r}: labels in column {label_col!r} span [{labels.min()}, "
+            f"{labels.max()}], outside the {num_classes} classes its schema declares "
+            "(unlabeled rows, e.g. -1, must be removed from the copy)"
+        )
+    shape = _image_shape(source, pool, image_col)
+    if shape not in BACKBONES:
+        raise ConfigError(
+            f"dataset {source!r} has images of shape {shape} (C, H, W); the backbones take "
+            f"{list(BACKBONES)} (CIFAR 32x32 color, EMNIST/MNIST 28x28 grayscale, "
+            "TinyImageNet 64x64 color)"
         )
     log.info("Loaded %s: %d images, %d classes, shape %s", source, len(pool), num_classes, shape)
     return PoolInfo(source, pool, image_col, label_col, num_classes, shape)
+
+
+def _image_shape(source: str, pool: datasets.Dataset, image_col: str) -> tuple[int, int, int]:
+    """(C, H, W): the first image's size; 3 channels if any of the first 256 images is in
+    color (TinyImageNet holds some grayscale images among color ones: all are read as RGB).
+    """
+    head = pool.select(range(min(len(pool), 256)))[image_col]
+    color = any(im.mode not in GRAY_MODES for im in head)
+    width, height = head[0].size
+    return (3 if color else 1, height, width)
 
 
 def _load_splits(source: str) -> datasets.DatasetDict:
@@ -134,7 +152,15 @@ def _load_splits(source: str) -> datasets.DatasetDict:
             ) from exc
     files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
     if files and all(f.suffix == ".parquet" for f in files):
-        return datasets.load_dataset("parquet", data_files={f.stem: str(f) for f in files})
+        for f in files:  # the footer names a truncated or foreign file before `datasets` fails
+            try:
+                pq.read_metadata(f)
+            except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds
+                raise ConfigError(f"{f}: not a readable parquet file ({exc})") from exc
+        try:
+            return datasets.load_dataset("parquet", data_files={f.stem: str(f) for f in files})
+        except Exception as exc:  # noqa: BLE001 - a bad row group surfaces as many kinds
+            raise ConfigError(f"{source}: could not read its parquet files ({exc})") from exc
     if path.is_dir() and any(p.is_dir() for p in path.iterdir()):
         return datasets.load_dataset("imagefolder", data_dir=str(path))
     raise ConfigError(
@@ -339,7 +365,10 @@ def decode(pool: PoolInfo, indices: np.ndarray) -> tuple[torch.Tensor, torch.Ten
     """Images -> float tensors with ToTensor + Normalize(0.5, 0.5); labels -> int64."""
     rows = pool.dataset.select(indices)
     mode = "L" if pool.image_shape[0] == 1 else "RGB"
-    images = [np.asarray(im.convert(mode)) for im in rows[pool.image_column]]
+    try:
+        images = [np.asarray(im.convert(mode)) for im in rows[pool.image_column]]
+    except OSError as exc:  # PIL's UnidentifiedImageError and truncated-image errors
+        raise ConfigError(f"{pool.source!r}: an image could not be decoded ({exc})") from exc
     try:
         x = np.stack(images)
     except ValueError as exc:

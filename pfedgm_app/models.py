@@ -1,65 +1,97 @@
 """Backbones (the generator phi) and the model that pairs one with a head.
 
-Every model is `Model(generator, head)`: `generator(x)` is the representation z (128-d),
-`head(z)` the logits. Methods pick the head: a linear classifier for the baselines, the
-Gaussian classifier (navigator psi + covariance nu, `gaussian.GaussianHead`) for pFedGM.
+Every model is `Model(generator, head)`: `generator(x)` is the representation z,
+`head(dropout(z))` the logits. Methods pick the head: a linear classifier for the baselines, the
+Gaussian classifier (navigator psi + covariance nu, `gaussian.GaussianHead`) for pFedGM. The
+backbone is chosen by image shape (`BACKBONES`) and fixes z's dimension (`generator.dim`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
-FEATURE_DIM = 128
-
 
 class ConvGenerator(nn.Module):
-    """conv (k, padding) -> LeakyReLU -> 2x2 max-pool, per layer, then fc -> LeakyReLU = z."""
+    """conv (k, padding) -> LeakyReLU -> 2x2 max-pool, per layer, then [dropout ->] fc ->
+    LeakyReLU = z (`dim`). `head_dropout` is the dropout its `Model` puts between z and the head.
+    """
 
-    def __init__(self, convs: list[tuple[int, int, int, int]], flat: int, dim: int) -> None:
+    head_dropout = 0.0
+
+    def __init__(
+        self, convs: list[tuple[int, int, int, int]], flat: int, dim: int, dropout: float = 0.0
+    ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         for c_in, c_out, kernel, pad in convs:
             layers += [nn.Conv2d(c_in, c_out, kernel, padding=pad), nn.LeakyReLU(), nn.MaxPool2d(2)]
-        self.features = nn.Sequential(*layers, nn.Flatten(), nn.Linear(flat, dim), nn.LeakyReLU())
+        layers.append(nn.Flatten())
+        if dropout:
+            layers.append(nn.Dropout(dropout))
+        self.features = nn.Sequential(*layers, nn.Linear(flat, dim), nn.LeakyReLU())
+        self.dim = dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.features(x)
 
 
 class CifarCNN(ConvGenerator):
-    """5-layer CNN of FedPAC / pFedFDA for 3x32x32 images (3 conv + the fc giving z)."""
+    """5-layer CNN of FedPAC / pFedFDA for 3x32x32 images (3 conv + the fc giving z, 128-d)."""
 
-    def __init__(self, dim: int = FEATURE_DIM) -> None:
+    def __init__(self, dim: int = 128) -> None:
         super().__init__([(3, 16, 5, 0), (16, 32, 5, 1), (32, 64, 3, 1)], 576, dim)
 
 
 class EmnistCNN(ConvGenerator):
-    """4-layer CNN of FedPAC / pFedFDA for 1x28x28 images (2 conv + the fc giving z)."""
+    """4-layer CNN of FedPAC / pFedFDA for 1x28x28 images (2 conv + the fc giving z, 128-d)."""
 
-    def __init__(self, dim: int = FEATURE_DIM) -> None:
+    def __init__(self, dim: int = 128) -> None:
         super().__init__([(1, 16, 5, 0), (16, 32, 5, 1)], 800, dim)
 
 
-BACKBONES: dict[tuple[int, int, int], type[nn.Module]] = {
+class TinyImageNetCNN(ConvGenerator):
+    """The CIFAR CNN "enhanced with two dropout layers" for 3x64x64 images (the paper, Model
+    Setup): the same three conv layers (64 px leave 64 x 7 x 7 = 3,136 features), z scaled up to
+    512-d for 200 classes (4x the pixels and 20x the classes of CIFAR-10's 128-d), and dropout
+    p = 0.5 (the paper gives no rate; torch's default) before each of the last two fully
+    connected layers: before the fc giving z (inside the generator) and between z and the head
+    (`Model.dropout`: before the navigator for pFedGM). pFedGM's R_c (Eq. LossR), its prototypes
+    and the baselines' feature statistics use z, before that second dropout. Dropout is on only
+    in training passes: `training.apply_batched` and `accuracy` (prototypes, Phase 2 features,
+    evaluation) run the model in eval mode.
+    """
+
+    head_dropout = 0.5
+
+    def __init__(self, dim: int = 512) -> None:
+        super().__init__([(3, 16, 5, 0), (16, 32, 5, 1), (32, 64, 3, 1)], 3136, dim, dropout=0.5)
+
+
+BACKBONES: dict[tuple[int, int, int], type[ConvGenerator]] = {
     (3, 32, 32): CifarCNN,
     (1, 28, 28): EmnistCNN,
+    (3, 64, 64): TinyImageNetCNN,
 }
 
 
 class Model(nn.Module):
-    """generator (phi) -> z -> head."""
+    """generator (phi) -> z -> dropout (identity but for TinyImageNet) -> head."""
 
-    def __init__(self, generator: nn.Module, head: nn.Module) -> None:
+    def __init__(self, generator: ConvGenerator, head: nn.Module) -> None:
         super().__init__()
         self.generator = generator
         self.head = head
+        p = generator.head_dropout
+        self.dropout = nn.Dropout(p) if p else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.generator(x))
+        return self.head(self.dropout(self.generator(x)))
 
 
-def build_generator(image_shape: tuple[int, int, int]) -> nn.Module:
+def build_generator(image_shape: tuple[int, int, int]) -> ConvGenerator:
     """The backbone for an image shape (C, H, W)."""
     try:
         return BACKBONES[tuple(image_shape)]()
@@ -67,3 +99,9 @@ def build_generator(image_shape: tuple[int, int, int]) -> nn.Module:
         raise ValueError(
             f"no backbone for images of shape {image_shape}; supported: {list(BACKBONES)}"
         ) from None
+
+
+def build_model(image_shape: tuple[int, int, int], head: Callable[[int], nn.Module]) -> Model:
+    """The backbone for `image_shape` with `head(dim)` on its z."""
+    generator = build_generator(image_shape)
+    return Model(generator, head(generator.dim))

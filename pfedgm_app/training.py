@@ -97,8 +97,23 @@ def supervised_step(model: nn.Module) -> Step:
 
 @torch.no_grad()
 def apply_batched(fn: Callable, x: torch.Tensor, batch_size: int = 100) -> torch.Tensor:
-    """fn over x in chunks (inference only; ~100 keeps a CPU core's caches warm)."""
-    return torch.cat([fn(x[i : i + batch_size]) for i in range(0, len(x), batch_size)])
+    """fn over x in chunks (inference only; ~100 keeps a CPU core's caches warm). A module runs
+    in eval mode (no dropout) and gets its mode back after."""
+    with evaluating(fn if isinstance(fn, nn.Module) else None):
+        return torch.cat([fn(x[i : i + batch_size]) for i in range(0, len(x), batch_size)])
+
+
+@contextmanager
+def evaluating(module: nn.Module | None) -> Iterator[None]:
+    """`module` in eval mode inside the block, its own mode after (None: nothing to do)."""
+    was_training = module is not None and module.training
+    if was_training:
+        module.eval()
+    try:
+        yield
+    finally:
+        if was_training:
+            module.train()
 
 
 @torch.no_grad()

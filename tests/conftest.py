@@ -41,3 +41,15 @@ def flower_env(tmp_path_factory):
     home = tmp_path_factory.mktemp("flwr-home")
     yield offline_env(home)
     stop_local_superlink(home)
+
+
+@pytest.fixture(scope="session")
+def cifar100() -> Path:
+    """Local copy of uoft-cs/cifar100 (parquet, hub schema; `fine_label`, 100 classes)."""
+    return _data("cifar100")
+
+
+@pytest.fixture(scope="session")
+def tinyimagenet() -> Path:
+    """Local copy of zh-plus/tiny-imagenet (64x64, 200 classes, some images grayscale)."""
+    return _data("tinyimagenet")

@@ -6,14 +6,17 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from pfedgm_app.config import ConfigError
 from pfedgm_app.data import (
     Protocol,
     ResamplingDirichletPartitioner,
     client_indices,
+    decode,
     dirichlet_partition,
     load_client_data,
+    load_pool,
     min_partition_size,
     split_train_test,
 )
@@ -104,3 +107,52 @@ def test_pool_size_keeps_a_seeded_subset(cifar10):
     assert len(everything) == 1000 == len(np.unique(everything)) and everything.max() < 60_000
     again = client_indices(Protocol(str(cifar10), 4, 0.5, seed=3, pool_size=1000))
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(clients, again, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "classes"),
+    [("mnist", (1, 28, 28), 10), ("cifar10", (3, 32, 32), 10), ("cifar100", (3, 32, 32), 100),
+     ("tinyimagenet", (3, 64, 64), 200)],
+)  # fmt: skip
+def test_every_dataset_goes_through_one_pipeline(request, name, shape, classes):
+    """Grayscale and color, 28, 32 and 64 px, from ../shared/data: the pool's shape and classes,
+    and a client's tensors in [-1, 1] of that shape with labels in range."""
+    pool = load_pool(str(request.getfixturevalue(name)))
+    assert (pool.image_shape, pool.num_classes) == (shape, classes)
+    data = load_client_data(Protocol(str(pool.source), 20, 0.5, seed=0, pool_size=4000), 0)
+    assert data.x_train.shape[1:] == shape and data.num_classes == classes
+    assert -1.0 <= data.x_train.min() and data.x_train.max() <= 1.0
+    assert 0 <= data.y_train.min() and data.y_train.max() < classes
+
+
+def test_grayscale_images_among_color_ones_are_read_as_rgb(tinyimagenet):
+    """TinyImageNet holds mode-L images (row 24 of the local copy is one): read as 3 equal
+    channels, like the color images around them."""
+    pool = load_pool(str(tinyimagenet))
+    assert pool.dataset[24][pool.image_column].mode == "L"
+    x, _ = decode(pool, np.array([23, 24]))
+    assert x.shape == (2, 3, 64, 64)
+    assert torch.equal(x[1, 0], x[1, 1]) and torch.equal(x[1, 1], x[1, 2])
+    assert not torch.equal(x[0, 0], x[0, 1])
+
+
+def test_a_corrupt_parquet_file_is_named_in_one_line(tmp_path, mnist):
+    (tmp_path / "train.parquet").write_bytes((mnist / "test.parquet").read_bytes()[:5000])
+    with pytest.raises(ConfigError) as err:
+        load_pool(str(tmp_path))
+    message = str(err.value)
+    assert str(tmp_path / "train.parquet") in message and "not a readable parquet" in message
+    assert "\n" not in message
+
+
+def test_labels_outside_the_declared_classes_are_refused(tmp_path):
+    """An unlabeled row (-1, as some hub test splits have) fails before any round."""
+    import datasets
+    from PIL import Image
+
+    images = [Image.fromarray(np.zeros((32, 32, 3), dtype=np.uint8)) for _ in range(3)]
+    ds = datasets.Dataset.from_dict({"img": images, "label": [0, 1, -1]})
+    ds = ds.cast_column("img", datasets.Image())
+    ds.to_parquet(str(tmp_path / "train.parquet"))
+    with pytest.raises(ConfigError, match="outside the 2 classes"):
+        load_pool(str(tmp_path))

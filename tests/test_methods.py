@@ -301,3 +301,77 @@ def test_every_method_sends_what_it_declares_and_keeps_the_rest():
         assert set(reply.arrays) == expect, name
         kept = set(run.state.load(KEPT)) if KEPT in run.state else set()
         assert kept == set(model.state_dict()) - expect, name  # kept = exactly what is not sent
+
+
+def test_tinyimagenet_cnn_has_dropout_before_each_of_the_last_two_fc_layers():
+    """The paper's 64 px model: dropout before the fc giving z and before the head; z 512-d."""
+    from pfedgm_app.models import build_model
+
+    model = build_model((3, 64, 64), lambda dim: torch.nn.Linear(dim, 200))
+    layers = list(model.generator.features)
+    fc = [i for i, m in enumerate(layers) if isinstance(m, torch.nn.Linear)]
+    assert len(fc) == 1 and isinstance(layers[fc[0] - 1], torch.nn.Dropout)
+    assert (layers[fc[0]].in_features, layers[fc[0]].out_features) == (3136, 512)
+    assert isinstance(model.dropout, torch.nn.Dropout) and model.dropout.p == 0.5
+    assert model(torch.zeros(2, 3, 64, 64)).shape == (2, 200)
+    # the 32 px and 28 px models have none (the same computation as before they existed)
+    for shape in ((3, 32, 32), (1, 28, 28)):
+        small = build_model(shape, lambda dim: torch.nn.Linear(dim, 10))
+        assert not any(isinstance(m, torch.nn.Dropout) for m in small.modules())
+
+
+def test_inference_passes_run_without_dropout_and_restore_the_mode():
+    from pfedgm_app.models import build_model
+    from pfedgm_app.training import accuracy, apply_batched
+
+    torch.manual_seed(0)
+    model = build_model((3, 64, 64), lambda dim: torch.nn.Linear(dim, 5))
+    x = torch.randn(8, 3, 64, 64)
+    first, second = apply_batched(model, x), apply_batched(model, x)
+    assert torch.equal(first, second) and model.training  # deterministic, mode given back
+    with torch.no_grad():
+        assert torch.allclose(first, model.eval()(x), atol=1e-6)
+    model.train()
+    assert not torch.equal(model(x), model(x))  # training passes do drop
+    assert 0 <= accuracy(model, x, torch.zeros(8, dtype=torch.long)) <= 1 and model.training
+
+
+def test_pfedgm_takes_r_c_on_z_before_dropout_and_h_after(monkeypatch):
+    """Eq. (LossR) sees z; the navigator (H, cov_approx) sees dropout(z) (paper, Model Setup)."""
+    import pfedgm_app.methods.pfedgm as gm
+
+    seen = {}
+    real_r, real_h = gm.personalized_objective, gm.shared_objective
+
+    def spy_r(z, y, prototypes):
+        seen["r"] = z.detach().clone()
+        return real_r(z, y, prototypes)
+
+    def spy_h(z, y, head):
+        seen["h"] = z.detach().clone()
+        return real_h(z, y, head)
+
+    monkeypatch.setattr(gm, "personalized_objective", spy_r)
+    monkeypatch.setattr(gm, "shared_objective", spy_h)
+    model = _model("pfedgm")
+    model.dropout = torch.nn.Dropout(0.9)  # stands in for TinyImageNet's
+    plugin("pfedgm").train(model, _run())
+    assert (seen["h"] == 0).float().mean() > 0.5 > (seen["r"] == 0).float().mean()
+
+
+def test_every_method_runs_a_round_and_personalizes_on_64px_images():
+    """TinyImageNet's shape through every plug-in (z 512-d, dropout in training passes)."""
+    from pfedgm_app.methods import METHODS
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(40, 3, 64, 64, generator=g), torch.arange(40) % K
+    data = ClientData(x, y, x[:10], y[:10], K)
+    for name in METHODS:
+        run = ClientRun(RunConfig(local_epochs=1), data, ClientState(), g, torch.device("cpu"))
+        method = plugin(name, **{"personal-epochs": 1, "lbfgs-cycles": 1})
+        torch.manual_seed(0)
+        model = method.build_model((3, 64, 64), K)
+        reply = method.train(model, run)
+        assert all(torch.isfinite(v).all() for v in reply.arrays.values()), name
+        result = method.personalize(method.build_model((3, 64, 64), K), run)
+        assert 0 <= result["accuracy"] <= 1, name

@@ -17,7 +17,7 @@ from torch import nn
 
 from ..config import RunConfig, Settings
 from ..data import ClientData
-from ..models import FEATURE_DIM, Model, build_generator
+from ..models import Model, build_model
 from ..strategies import PersonalizedFedAvg
 from ..training import accuracy, make_sgd, run_epochs, supervised_step
 
@@ -85,7 +85,7 @@ class ClientPlugin:
         self.settings = settings if settings is not None else NoSettings()
 
     def build_model(self, image_shape: tuple[int, int, int], num_classes: int) -> Model:
-        return Model(build_generator(image_shape), nn.Linear(FEATURE_DIM, num_classes))
+        return build_model(image_shape, lambda dim: nn.Linear(dim, num_classes))
 
     def kept_keys(self, model: Model) -> list[str]:
         """state_dict keys that stay on the client (never leave it)."""

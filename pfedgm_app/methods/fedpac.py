@@ -75,7 +75,7 @@ class FedPACClient(ClientPlugin):
 
         def aligned_step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             zb = gen(xb)
-            loss = F.cross_entropy(head(zb), yb)
+            loss = F.cross_entropy(head(model.dropout(zb)), yb)
             if targets is not None:
                 loss = loss + cfg.lambda_ * F.mse_loss(zb, targets[yb])
             return loss

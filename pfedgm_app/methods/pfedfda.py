@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import Settings, at_least
-from ..models import FEATURE_DIM, Model, build_generator
+from ..models import Model, build_model
 from ..strategies import PFedFDA
 from ..training import accuracy, apply_batched
 from .base import ClientPlugin, ClientRun, Method, Reply
@@ -160,7 +160,7 @@ class PFedFDAClient(ClientPlugin):
     """pFedFDA client: body trained under the fixed global LDA head; statistics adapted locally."""
 
     def build_model(self, image_shape: tuple[int, int, int], num_classes: int) -> Model:
-        return Model(build_generator(image_shape), LDAHead(num_classes, FEATURE_DIM))
+        return build_model(image_shape, lambda dim: LDAHead(num_classes, dim))
 
     def train(self, model: Model, run: ClientRun) -> Reply:
         gen, head, data = model.generator, model.head, run.data
@@ -172,7 +172,7 @@ class PFedFDAClient(ClientPlugin):
             z = gen(xb)
             seen_z.append(z.detach())
             seen_y.append(yb)
-            return F.cross_entropy(head(z), yb)
+            return F.cross_entropy(head(model.dropout(z)), yb)
 
         metrics = run.epochs(step, gen.parameters(), run.cfg.local_epochs)
         # The statistics come from the features seen while training (all epochs), as in

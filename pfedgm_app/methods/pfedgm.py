@@ -18,7 +18,7 @@ from ..gaussian import (
     shared_objective,
     update_prototypes_,
 )
-from ..models import FEATURE_DIM, Model, build_generator
+from ..models import Model, build_model
 from ..strategies import PFedGM
 from ..training import accuracy, apply_batched, run_epochs
 from .base import ClientPlugin, ClientRun, Method, Reply
@@ -43,7 +43,7 @@ class PFedGMClient(ClientPlugin):
     """Generator phi + Gaussian head (navigator psi, covariance nu); all three are sent."""
 
     def build_model(self, image_shape: tuple[int, int, int], num_classes: int) -> Model:
-        return Model(build_generator(image_shape), GaussianHead(num_classes, FEATURE_DIM))
+        return build_model(image_shape, lambda dim: GaussianHead(num_classes, dim))
 
     def train(self, model: Model, run: ClientRun) -> Reply:
         """Phase 1 on client i in round r: E epochs of Eq. (main_loss) on phi and psi, i.e.
@@ -56,8 +56,9 @@ class PFedGMClient(ClientPlugin):
 
         def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             z = gen(xb)
-            loss = shared_objective(z, yb, head) + lam * personalized_objective(z, yb, prototypes)
-            loss = loss + covariance_objective(z, yb, head)  # reaches A only
+            zd = model.dropout(z)  # the navigator's input; R_c takes z before dropout
+            loss = shared_objective(zd, yb, head) + lam * personalized_objective(z, yb, prototypes)
+            loss = loss + covariance_objective(zd, yb, head)  # reaches A only
             update_prototypes_(prototypes, z, yb, counts)
             return loss
 
