@@ -94,6 +94,8 @@ class RunConfig(Settings):
     min_train_samples: int = at_least(1, 50)
     test_fraction: float = 0.2
     pool_size: int = at_least(0, 0)
+    corruption: str = "none"  # CIFAR-10S/100S: none, 50C or 100C (data.corruption_pair)
+    frost_dir: str = ""  # frost textures; empty: the first <ancestor>/shared/data/frost
     seed: int = 0
     device: str = "auto"
     client_threads: int = at_least(0, 0)
@@ -111,6 +113,10 @@ class RunConfig(Settings):
             raise ConfigError(f"fraction-train (q) must lie in (0, 1], got {self.fraction_train}")
         if not 0 < self.test_fraction < 1:
             raise ConfigError(f"test-fraction must lie in (0, 1), got {self.test_fraction}")
+        if self.corruption not in ("none", "50C", "100C"):
+            raise ConfigError(
+                f"corruption must be 'none', '50C' or '100C', got {self.corruption!r}"
+            )
         if not (self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
 

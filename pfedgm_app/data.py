@@ -8,9 +8,11 @@ simulation and a deployment with the same settings see the same clients.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import math
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +23,7 @@ import torch
 from flwr_datasets.partitioner import Partitioner
 
 from .config import ConfigError, RunConfig
+from .corruptions import corrupt, corruption_pairs
 from .models import BACKBONES
 
 log = logging.getLogger(__name__)
@@ -301,6 +304,8 @@ class Protocol:
     min_train: int = 50
     test_fraction: float = 0.2
     pool_size: int = 0
+    corruption: str = "none"  # CIFAR-10S / 100S assignment: none, 50C, 100C
+    frost_dir: str = ""
 
     @classmethod
     def of(cls, cfg: RunConfig, num_partitions: int, dataset: str | None = None) -> Protocol:
@@ -314,6 +319,8 @@ class Protocol:
             cfg.min_train_samples,
             cfg.test_fraction,
             cfg.pool_size,
+            cfg.corruption,
+            cfg.frost_dir,
         )
 
 
@@ -324,7 +331,7 @@ _CLIENTS: dict[tuple, ClientData] = {}
 def client_indices(protocol: Protocol) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train, test) pool indices of every client, cached per process."""
     pool = load_pool(protocol.dataset)
-    key = (pool.source, *dataclasses.astuple(protocol)[1:])
+    key = (pool.source, *dataclasses.astuple(protocol)[1:7])  # not the corruption: no effect
     if key not in _PARTITIONS:
         subset = np.arange(len(pool.dataset))
         if 0 < protocol.pool_size < len(subset):
@@ -348,21 +355,35 @@ def client_indices(protocol: Protocol) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def load_client_data(protocol: Protocol, partition_id: int) -> ClientData:
-    """Decoded tensors of one client (decoded once per process, then served from memory)."""
+    """Decoded tensors of one client (decoded once per process, then served from memory), its
+    images corrupted as `protocol.corruption` assigns (`corruption_pair`)."""
     if not 0 <= partition_id < protocol.num_partitions:
         raise ConfigError(f"partition-id {partition_id} outside [0, {protocol.num_partitions})")
     key = (protocol, partition_id)
     if key not in _CLIENTS:
         pool = load_pool(protocol.dataset)
-        train, test = client_indices(protocol)[partition_id]
-        _CLIENTS[key] = ClientData(
-            *decode(pool, train), *decode(pool, test), num_classes=pool.num_classes
-        )
+        pair = corruption_pair(protocol.corruption, partition_id)
+        if pair is not None and pool.image_shape[0] != 3:
+            raise ConfigError(f"corruption={protocol.corruption!r} needs color images")
+        parts, splits = [], client_indices(protocol)[partition_id]
+        for split, indices in zip(("train", "test"), splits, strict=True):
+            x, y = pixels(pool, indices)
+            if pair is not None:  # a client's train and test images get the same pair
+                seed = zlib.crc32(f"{protocol.seed}/{partition_id}/{split}".encode())
+                x = corrupted(pool, indices, x, pair, seed, protocol.frost_dir)
+            parts += [to_tensor(x, pool.image_shape), y]
+        _CLIENTS[key] = ClientData(*parts, num_classes=pool.num_classes)
     return _CLIENTS[key]
 
 
 def decode(pool: PoolInfo, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     """Images -> float tensors with ToTensor + Normalize(0.5, 0.5); labels -> int64."""
+    x, y = pixels(pool, indices)
+    return to_tensor(x, pool.image_shape), y
+
+
+def pixels(pool: PoolInfo, indices: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
+    """uint8 images (N, H, W) or (N, H, W, 3), in the pool's mode, and int64 labels."""
     rows = pool.dataset.select(indices)
     mode = "L" if pool.image_shape[0] == 1 else "RGB"
     try:
@@ -370,15 +391,70 @@ def decode(pool: PoolInfo, indices: np.ndarray) -> tuple[torch.Tensor, torch.Ten
     except OSError as exc:  # PIL's UnidentifiedImageError and truncated-image errors
         raise ConfigError(f"{pool.source!r}: an image could not be decoded ({exc})") from exc
     try:
-        x = np.stack(images)
+        x = np.stack(images) if images else np.zeros((0, *pool.image_shape[1:]), np.uint8)
     except ValueError as exc:
         raise ConfigError(f"{pool.source!r}: images of different sizes ({exc})") from exc
-    x = torch.from_numpy(x).float().div_(255.0)
-    x = x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2).contiguous()
-    if tuple(x.shape[1:]) != pool.image_shape:
-        raise ConfigError(
-            f"{pool.source!r}: found images of shape {tuple(x.shape[1:])}, "
-            f"expected {pool.image_shape} like the first image"
-        )
     y = torch.as_tensor(np.asarray(rows[pool.label_column]), dtype=torch.int64)
-    return x.sub_(0.5).div_(0.5), y
+    return x, y
+
+
+def to_tensor(x: np.ndarray, image_shape: tuple[int, int, int]) -> torch.Tensor:
+    """uint8 (N, H, W[, C]) -> float (N, C, H, W) in [-1, 1] (ToTensor + Normalize(0.5, 0.5))."""
+    t = torch.from_numpy(x).float().div_(255.0)
+    t = t.unsqueeze(1) if t.ndim == 3 else t.permute(0, 3, 1, 2).contiguous()
+    if tuple(t.shape[1:]) != image_shape:
+        raise ConfigError(
+            f"found images of shape {tuple(t.shape[1:])}, expected {image_shape} like the first"
+        )
+    return t.sub_(0.5).div_(0.5)
+
+
+# -- CIFAR-10S / CIFAR-100S: environmental heterogeneity (the paper, after pFedFDA) -------------
+CORRUPTION_ASSIGNMENTS = ("none", "50C", "100C")
+CACHE_VERSION = 1  # bump when `corruptions` changes what it computes
+
+
+def corruption_pair(assignment: str, partition_id: int) -> tuple[str, int] | None:
+    """The (corruption, severity) of a client, or None for a clean one. `50C`: client i < 50
+    gets the i-th of the 50 pairs (`corruptions.corruption_pairs`: each corruption at severities
+    1..5 in turn), the others stay clean; `100C`: clients 2j and 2j + 1 share pair j (clients
+    from 100 on stay clean)."""
+    if assignment == "none":
+        return None
+    pairs = corruption_pairs()
+    j = partition_id if assignment == "50C" else partition_id // 2
+    return pairs[j] if j < len(pairs) else None
+
+
+def cache_dir() -> Path:
+    """Where corrupted images are kept: $PFEDGM_CACHE_DIR, else ~/.cache/pfedgm."""
+    return Path(os.environ.get("PFEDGM_CACHE_DIR") or Path.home() / ".cache" / "pfedgm")
+
+
+def corrupted(
+    pool: PoolInfo,
+    indices: np.ndarray,
+    x: np.ndarray,
+    pair: tuple[str, int],
+    seed: int,
+    frost_dir: str = "",
+) -> np.ndarray:
+    """`corruptions.corrupt(x, *pair, seed)`, computed once and kept on disk under a key of
+    everything it depends on (the data's fingerprint, the images, the pair, the seed, the code's
+    version), so that later runs and every SuperNode of this machine reuse it."""
+    digest = hashlib.sha256()
+    for part in (pool.source, pool.dataset._fingerprint, pair, seed, CACHE_VERSION):
+        digest.update(repr(part).encode())
+    digest.update(np.ascontiguousarray(indices, dtype=np.int64).tobytes())
+    path = cache_dir() / "corrupted" / f"{pair[0]}-{pair[1]}-{digest.hexdigest()[:24]}.npy"
+    if path.exists():
+        return np.load(path)
+    try:
+        out = corrupt(x, *pair, seed=seed, frost_dir=frost_dir or None)
+    except ValueError as exc:  # missing frost textures
+        raise ConfigError(f"{exc} (run-config key frost-dir)") from exc
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")  # two ClientApps may write at once
+    np.save(tmp, out)
+    tmp.replace(path)
+    return out

@@ -156,3 +156,52 @@ def test_labels_outside_the_declared_classes_are_refused(tmp_path):
     ds.to_parquet(str(tmp_path / "train.parquet"))
     with pytest.raises(ConfigError, match="outside the 2 classes"):
         load_pool(str(tmp_path))
+
+
+def test_50c_and_100c_assign_the_papers_pairs():
+    from pfedgm_app.corruptions import CORRUPTIONS
+    from pfedgm_app.data import corruption_pair
+
+    assert [corruption_pair("50C", i) for i in (0, 4, 5, 49)] == [
+        (CORRUPTIONS[0], 1), (CORRUPTIONS[0], 5), (CORRUPTIONS[1], 1), (CORRUPTIONS[9], 5)
+    ]  # fmt: skip
+    assert corruption_pair("50C", 50) is None and corruption_pair("none", 0) is None
+    assert corruption_pair("100C", 6) == corruption_pair("100C", 7) == corruption_pair("50C", 3)
+    assert corruption_pair("100C", 99) == (CORRUPTIONS[9], 5)
+    assert corruption_pair("100C", 100) is None
+    assigned = [corruption_pair("50C", i) for i in range(50)]
+    assert len(set(assigned)) == 50
+
+
+def test_corrupted_clients_are_seeded_cached_on_disk_and_clean_ones_untouched(
+    cifar10, tmp_path, monkeypatch
+):
+    """50C on 60 clients: client 2 (motion blur, severity 3) differs from its clean images in
+    train and test alike; client 55 is clean; a second process reads the corrupted images from
+    the disk cache instead of computing them again."""
+    import pfedgm_app.data as data
+
+    monkeypatch.setenv("PFEDGM_CACHE_DIR", str(tmp_path))
+    common = dict(dataset=str(cifar10), num_partitions=60, alpha=0.5, pool_size=12_000)
+    clean, noisy = Protocol(**common), Protocol(**common, corruption="50C")
+    for pid, changed in ((2, True), (55, False)):
+        a, b = load_client_data(clean, pid), load_client_data(noisy, pid)
+        assert torch.equal(a.y_train, b.y_train) and torch.equal(a.y_test, b.y_test)
+        assert (not torch.equal(a.x_train, b.x_train)) is changed
+        assert (not torch.equal(a.x_test, b.x_test)) is changed
+    assert len(list((tmp_path / "corrupted").glob("motion_blur-3-*.npy"))) == 2  # train, test
+    first = load_client_data(noisy, 2)
+    data._CLIENTS.clear()  # a new process: only the disk cache is left
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("computed again instead of read from the cache")
+
+    monkeypatch.setattr(data, "corrupt", refuse)
+    again = load_client_data(noisy, 2)
+    assert torch.equal(first.x_train, again.x_train) and torch.equal(first.x_test, again.x_test)
+
+
+def test_corruption_of_grayscale_data_is_refused(mnist):
+    protocol = Protocol(str(mnist), 10, 0.5, pool_size=2000, corruption="50C")
+    with pytest.raises(ConfigError, match="needs color images"):
+        load_client_data(protocol, 0)
