@@ -23,16 +23,20 @@ def _data(name: str) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def cifar10() -> Path:
-    """Local copy of uoft-cs/cifar10 (parquet, hub schema)."""
-    return _data("cifar10")
+def _data_fixture(name: str, doc: str):
+    def fixture() -> Path:
+        return _data(name)
+
+    fixture.__doc__ = doc
+    return pytest.fixture(scope="session", name=name)(fixture)
 
 
-@pytest.fixture(scope="session")
-def mnist() -> Path:
-    """Local copy of ylecun/mnist (parquet, hub schema)."""
-    return _data("mnist")
+cifar10 = _data_fixture("cifar10", "Local copy of uoft-cs/cifar10 (parquet, hub schema).")
+mnist = _data_fixture("mnist", "Local copy of ylecun/mnist (grayscale 28x28).")
+cifar100 = _data_fixture("cifar100", "Local copy of uoft-cs/cifar100 (`fine_label`, 100 classes).")
+tinyimagenet = _data_fixture(
+    "tinyimagenet", "Local copy of zh-plus/tiny-imagenet (64x64, 200 classes, some grayscale)."
+)
 
 
 @pytest.fixture(scope="session")
@@ -41,15 +45,3 @@ def flower_env(tmp_path_factory):
     home = tmp_path_factory.mktemp("flwr-home")
     yield offline_env(home)
     stop_local_superlink(home)
-
-
-@pytest.fixture(scope="session")
-def cifar100() -> Path:
-    """Local copy of uoft-cs/cifar100 (parquet, hub schema; `fine_label`, 100 classes)."""
-    return _data("cifar100")
-
-
-@pytest.fixture(scope="session")
-def tinyimagenet() -> Path:
-    """Local copy of zh-plus/tiny-imagenet (64x64, 200 classes, some images grayscale)."""
-    return _data("tinyimagenet")

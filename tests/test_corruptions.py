@@ -75,18 +75,9 @@ def _mae(a: np.ndarray, b: np.ndarray) -> float:
 def test_corruption_pairs_order():
     pairs = corruption_pairs()
     assert len(pairs) == 50 and len(set(pairs)) == 50
-    assert CORRUPTIONS == (
-        "motion_blur",
-        "defocus_blur",
-        "gaussian_noise",
-        "shot_noise",
-        "impulse_noise",
-        "frost",
-        "fog",
-        "jpeg_compression",
-        "brightness",
-        "contrast",
-    )
+    # the order, on which the 50C / 100C client assignment depends
+    expected = "motion_blur defocus_blur gaussian_noise shot_noise impulse_noise frost fog"
+    assert CORRUPTIONS == (*expected.split(), "jpeg_compression", "brightness", "contrast")
     assert pairs[:6] == [("motion_blur", s) for s in range(1, 6)] + [("defocus_blur", 1)]
     assert pairs == [(c, s) for c in CORRUPTIONS for s in (1, 2, 3, 4, 5)]
 
