@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Self
 
+CORRUPTION_ASSIGNMENTS = ("none", "50C", "100C")  # CIFAR-10S / 100S (data.corruption_pair)
+
 
 class ConfigError(ValueError):
     """A run-config value that cannot work; the message says which key and what to do."""
@@ -94,7 +96,7 @@ class RunConfig(Settings):
     min_train_samples: int = at_least(1, 50)
     test_fraction: float = 0.2
     pool_size: int = at_least(0, 0)
-    corruption: str = "none"  # CIFAR-10S/100S: none, 50C or 100C (data.corruption_pair)
+    corruption: str = "none"  # one of CORRUPTION_ASSIGNMENTS
     frost_dir: str = ""  # frost textures; empty: the first <ancestor>/shared/data/frost
     seed: int = 0
     device: str = "auto"
@@ -113,9 +115,9 @@ class RunConfig(Settings):
             raise ConfigError(f"fraction-train (q) must lie in (0, 1], got {self.fraction_train}")
         if not 0 < self.test_fraction < 1:
             raise ConfigError(f"test-fraction must lie in (0, 1), got {self.test_fraction}")
-        if self.corruption not in ("none", "50C", "100C"):
+        if self.corruption not in CORRUPTION_ASSIGNMENTS:
             raise ConfigError(
-                f"corruption must be 'none', '50C' or '100C', got {self.corruption!r}"
+                f"corruption must be one of {CORRUPTION_ASSIGNMENTS}, got {self.corruption!r}"
             )
         if not (self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import torch
 from flwr_datasets.partitioner import Partitioner
 
-from .config import ConfigError, RunConfig
+from .config import CORRUPTION_ASSIGNMENTS, ConfigError, RunConfig
 from .corruptions import corrupt, corruption_pairs
 from .models import BACKBONES
 
@@ -49,10 +49,6 @@ class PoolInfo:
     label_column: str
     num_classes: int
     image_shape: tuple[int, int, int]
-
-    @property
-    def labels(self) -> np.ndarray:
-        return np.asarray(self.dataset[self.label_column], dtype=np.int64)
 
 
 @dataclass
@@ -120,7 +116,7 @@ def _load_pool(source: str) -> PoolInfo:
             f"{labels.max()}], outside the {num_classes} classes its schema declares "
             "(unlabeled rows, e.g. -1, must be removed from the copy)"
         )
-    shape = _image_shape(source, pool, image_col)
+    shape = _image_shape(pool, image_col)
     if shape not in BACKBONES:
         raise ConfigError(
             f"dataset {source!r} has images of shape {shape} (C, H, W); the backbones take "
@@ -131,7 +127,7 @@ def _load_pool(source: str) -> PoolInfo:
     return PoolInfo(source, pool, image_col, label_col, num_classes, shape)
 
 
-def _image_shape(source: str, pool: datasets.Dataset, image_col: str) -> tuple[int, int, int]:
+def _image_shape(pool: datasets.Dataset, image_col: str) -> tuple[int, int, int]:
     """(C, H, W): the first image's size; 3 channels if any of the first 256 images is in
     color (TinyImageNet holds some grayscale images among color ones: all are read as RGB).
     """
@@ -367,23 +363,24 @@ def load_client_data(protocol: Protocol, partition_id: int) -> ClientData:
             raise ConfigError(f"corruption={protocol.corruption!r} needs color images")
         parts, splits = [], client_indices(protocol)[partition_id]
         for split, indices in zip(("train", "test"), splits, strict=True):
-            x, y = pixels(pool, indices)
-            if pair is not None:  # a client's train and test images get the same pair
+            if pair is None:
+                x = pixels(pool, indices)
+            else:  # a client's train and test images get the same pair
                 seed = zlib.crc32(f"{protocol.seed}/{partition_id}/{split}".encode())
-                x = corrupted(pool, indices, x, pair, seed, protocol.frost_dir)
-            parts += [to_tensor(x, pool.image_shape), y]
+                x = corrupted(pool, indices, pair, seed, protocol.frost_dir)
+            parts += [to_tensor(x, pool.image_shape), labels(pool, indices)]
         _CLIENTS[key] = ClientData(*parts, num_classes=pool.num_classes)
     return _CLIENTS[key]
 
 
-def decode(pool: PoolInfo, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images -> float tensors with ToTensor + Normalize(0.5, 0.5); labels -> int64."""
-    x, y = pixels(pool, indices)
-    return to_tensor(x, pool.image_shape), y
+def labels(pool: PoolInfo, indices: np.ndarray) -> torch.Tensor:
+    """int64 labels of the pool's rows `indices`."""
+    rows = pool.dataset.select(indices)
+    return torch.as_tensor(np.asarray(rows[pool.label_column]), dtype=torch.int64)
 
 
-def pixels(pool: PoolInfo, indices: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
-    """uint8 images (N, H, W) or (N, H, W, 3), in the pool's mode, and int64 labels."""
+def pixels(pool: PoolInfo, indices: np.ndarray) -> np.ndarray:
+    """uint8 images (N, H, W) or (N, H, W, 3) of the pool's rows `indices`, in its mode."""
     rows = pool.dataset.select(indices)
     mode = "L" if pool.image_shape[0] == 1 else "RGB"
     try:
@@ -394,8 +391,7 @@ def pixels(pool: PoolInfo, indices: np.ndarray) -> tuple[np.ndarray, torch.Tenso
         x = np.stack(images) if images else np.zeros((0, *pool.image_shape[1:]), np.uint8)
     except ValueError as exc:
         raise ConfigError(f"{pool.source!r}: images of different sizes ({exc})") from exc
-    y = torch.as_tensor(np.asarray(rows[pool.label_column]), dtype=torch.int64)
-    return x, y
+    return x
 
 
 def to_tensor(x: np.ndarray, image_shape: tuple[int, int, int]) -> torch.Tensor:
@@ -410,7 +406,6 @@ def to_tensor(x: np.ndarray, image_shape: tuple[int, int, int]) -> torch.Tensor:
 
 
 # -- CIFAR-10S / CIFAR-100S: environmental heterogeneity (the paper, after pFedFDA) -------------
-CORRUPTION_ASSIGNMENTS = ("none", "50C", "100C")
 CACHE_VERSION = 1  # bump when `corruptions` changes what it computes
 
 
@@ -419,6 +414,8 @@ def corruption_pair(assignment: str, partition_id: int) -> tuple[str, int] | Non
     gets the i-th of the 50 pairs (`corruptions.corruption_pairs`: each corruption at severities
     1..5 in turn), the others stay clean; `100C`: clients 2j and 2j + 1 share pair j (clients
     from 100 on stay clean)."""
+    if assignment not in CORRUPTION_ASSIGNMENTS:
+        raise ConfigError(f"corruption must be one of {CORRUPTION_ASSIGNMENTS}, got {assignment!r}")
     if assignment == "none":
         return None
     pairs = corruption_pairs()
@@ -434,14 +431,14 @@ def cache_dir() -> Path:
 def corrupted(
     pool: PoolInfo,
     indices: np.ndarray,
-    x: np.ndarray,
     pair: tuple[str, int],
     seed: int,
     frost_dir: str = "",
 ) -> np.ndarray:
-    """`corruptions.corrupt(x, *pair, seed)`, computed once and kept on disk under a key of
-    everything it depends on (the data's fingerprint, the images, the pair, the seed, the code's
-    version), so that later runs and every SuperNode of this machine reuse it."""
+    """The pool's images `indices` through `corruptions.corrupt(..., *pair, seed)`, decoded and
+    computed once and kept on disk under a key of everything they depend on (the data's
+    fingerprint, the indices, the pair, the seed, the code's version), so that later runs and
+    every SuperNode of this machine reuse them without decoding the images again."""
     digest = hashlib.sha256()
     for part in (pool.source, pool.dataset._fingerprint, pair, seed, CACHE_VERSION):
         digest.update(repr(part).encode())
@@ -450,7 +447,7 @@ def corrupted(
     if path.exists():
         return np.load(path)
     try:
-        out = corrupt(x, *pair, seed=seed, frost_dir=frost_dir or None)
+        out = corrupt(pixels(pool, indices), *pair, seed=seed, frost_dir=frost_dir or None)
     except ValueError as exc:  # missing frost textures
         raise ConfigError(f"{exc} (run-config key frost-dir)") from exc
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -66,8 +66,8 @@ def run_epochs(
     """`epochs` passes of mini-batch optimization of `step(xb, yb) -> loss` over (x, y).
 
     Batches follow a permutation drawn from `rng` per epoch. Returns the mean loss and the
-    number of sample-passes. `after_step` runs after each
-    optimizer step (projections, running statistics). With `optimizer=None` the step updates
+    number of sample-passes. `after_step` runs after each optimizer step (projections, running
+    statistics). With `optimizer=None` the step updates
     the weights itself (pFedMe's bi-level step) and its returned loss is only recorded.
     """
     n = len(x)
@@ -105,15 +105,16 @@ def apply_batched(fn: Callable, x: torch.Tensor, batch_size: int = 100) -> torch
 
 @contextmanager
 def evaluating(module: nn.Module | None) -> Iterator[None]:
-    """`module` in eval mode inside the block, its own mode after (None: nothing to do)."""
-    was_training = module is not None and module.training
-    if was_training:
+    """`module` in eval mode inside the block; every submodule gets its own mode back after
+    (None: nothing to do)."""
+    modes = [] if module is None else [(m, m.training) for m in module.modules()]
+    if module is not None:
         module.eval()
     try:
         yield
     finally:
-        if was_training:
-            module.train()
+        for m, training in modes:
+            m.training = training
 
 
 @torch.no_grad()

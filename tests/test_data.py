@@ -13,12 +13,13 @@ from pfedgm_app.data import (
     Protocol,
     ResamplingDirichletPartitioner,
     client_indices,
-    decode,
     dirichlet_partition,
     load_client_data,
     load_pool,
     min_partition_size,
+    pixels,
     split_train_test,
+    to_tensor,
 )
 
 LABELS = np.repeat(np.arange(10), 600)  # 6000 samples, 10 balanced classes
@@ -130,7 +131,7 @@ def test_grayscale_images_among_color_ones_are_read_as_rgb(tinyimagenet):
     channels, like the color images around them."""
     pool = load_pool(str(tinyimagenet))
     assert pool.dataset[24][pool.image_column].mode == "L"
-    x, _ = decode(pool, np.array([23, 24]))
+    x = to_tensor(pixels(pool, np.array([23, 24])), pool.image_shape)
     assert x.shape == (2, 3, 64, 64)
     assert torch.equal(x[1, 0], x[1, 1]) and torch.equal(x[1, 1], x[1, 2])
     assert not torch.equal(x[0, 0], x[0, 1])

@@ -334,6 +334,9 @@ def test_inference_passes_run_without_dropout_and_restore_the_mode():
     model.train()
     assert not torch.equal(model(x), model(x))  # training passes do drop
     assert 0 <= accuracy(model, x, torch.zeros(8, dtype=torch.long)) <= 1 and model.training
+    model.head.eval()  # a submodule's own mode survives too
+    apply_batched(model, x)
+    assert model.training and model.generator.training and not model.head.training
 
 
 def test_pfedgm_takes_r_c_on_z_before_dropout_and_h_after(monkeypatch):

@@ -72,11 +72,10 @@ def parse_run_config(run_config: Mapping[str, Any]) -> tuple[RunConfig, Method, 
     unknown keys are an error. Raises one ConfigError naming the key and how to fix it, before
     any data is loaded or any round runs.
     """
-    unknown = sorted(set(run_config) - set(run_config_keys()))
+    known = run_config_keys()
+    unknown = sorted(set(run_config) - set(known))
     if unknown:
-        raise ConfigError(
-            f"unknown run-config key(s) {unknown}; known keys: {sorted(run_config_keys())}"
-        )
+        raise ConfigError(f"unknown run-config key(s) {unknown}; known keys: {sorted(known)}")
     cfg = RunConfig.from_run_config(run_config)
     method = get_method(cfg.method)
     cfg.validate()

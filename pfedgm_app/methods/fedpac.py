@@ -59,7 +59,7 @@ class FedPACClient(ClientPlugin):
         return head_keys(model)
 
     def train(self, model: Model, run: ClientRun) -> Reply:
-        cfg, gen, head = self.settings, model.generator, model.head
+        own, gen, head = self.settings, model.generator, model.head
         x, y, num_classes = run.data.x_train, run.data.y_train, run.data.num_classes
         self._receive_head(model, run)
         z = apply_batched(gen, x)
@@ -71,20 +71,21 @@ class FedPACClient(ClientPlugin):
 
         task = supervised_step(model)
         with frozen(gen):
-            run.epochs(task, head.parameters(), cfg.head_epochs, cfg.head_learning_rate)
+            run.epochs(task, head.parameters(), own.head_epochs, own.head_learning_rate)
 
         def aligned_step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             zb = gen(xb)
             loss = F.cross_entropy(head(model.dropout(zb)), yb)
             if targets is not None:
-                loss = loss + cfg.lambda_ * F.mse_loss(zb, targets[yb])
+                loss = loss + own.lambda_ * F.mse_loss(zb, targets[yb])
             return loss
 
         with frozen(head):
             metrics = run.epochs(aligned_step, gen.parameters(), run.cfg.local_epochs)
         protos, counts = class_means(apply_batched(gen, x), y, num_classes, local)
+        weights = model.state_dict()
         extras = {
-            **{k: v for k, v in model.state_dict().items() if k.startswith("head.")},
+            **{k: weights[k] for k in head_keys(model)},
             wire.PROTOS: protos,
             wire.CLASS_COUNTS: counts,
             wire.VARIANCE: variance.reshape(1),
