@@ -85,9 +85,9 @@ def run_epochs(
                 optimizer.step()
             if after_step is not None:
                 after_step()
-            total += loss.item() * len(idx)
+            total = total + loss.detach() * len(idx)  # no device-to-host sync per batch
             passes += len(idx)
-    return {"loss": total / max(passes, 1), "sample-passes": float(passes)}
+    return {"loss": float(total) / max(passes, 1), "sample-passes": float(passes)}
 
 
 def supervised_step(model: nn.Module) -> Step:

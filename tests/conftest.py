@@ -10,7 +10,8 @@ import pytest
 from devtools.launch import offline_env, stop_local_superlink
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
+# PFEDGM_SHARED_DATA: a copy elsewhere (a GPU machine gets one beside the repo, see benchmarks/)
+SHARED_DATA = Path(os.environ.get("PFEDGM_SHARED_DATA") or ROOT.parent / "shared" / "data")
 
 
 def _data(name: str) -> Path:

@@ -1,0 +1,95 @@
+"""pFedGM on one GPU: a short simulation of the paper's CIFAR-10 protocol, projected to 200 rounds.
+
+Runs the app's ServerApp and ClientApps in one process (`devtools.inprocess`: a lent GPU machine
+has torch but not Ray, so Flower's simulation engine cannot run there) over `--clients`
+partitions with q = `--fraction`, `--local-epochs` epochs, batch 50, on `--device`. Prints:
+
+- client samples/s (sample-passes over the seconds spent in the ClientApps' train handlers);
+- seconds per round (mean over the rounds after the first, which also decodes each client's
+  images and builds the partition) and the projected 200-round time, Phase 2 included;
+- Phase 2 seconds for all clients, and peak GPU memory.
+
+    python benchmarks/bench_gpu.py --dataset ../shared/data/cifar10      # 100 clients, 4 rounds
+    python benchmarks/bench_gpu.py --device cpu --clients 10 --rounds 2  # the same on the CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
+from devtools.inprocess import run_inprocess  # noqa: E402
+
+PAPER_ROUNDS = 200
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--dataset", default=str(ROOT.parent / "shared" / "data" / "cifar10"))
+    ap.add_argument("--method", default="pfedgm")
+    ap.add_argument("--clients", type=int, default=100)
+    ap.add_argument("--fraction", type=float, default=0.3)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--local-epochs", type=int, default=5)
+    ap.add_argument("--alpha", type=float, default=0.5)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--json", help="also write the figures to this file")
+    args = ap.parse_args()
+
+    cuda = torch.cuda.is_available() and args.device != "cpu"
+    name = torch.cuda.get_device_name() if cuda else f"CPU ({torch.get_num_threads()} threads)"
+    overrides = {
+        "method": args.method,
+        "dataset": args.dataset,
+        "num-server-rounds": args.rounds,
+        "fraction-train": args.fraction,
+        "local-epochs": args.local_epochs,
+        "dirichlet-alpha": args.alpha,
+        "device": args.device,
+        "output-dir": tempfile.mkdtemp(prefix="bench-gpu-"),
+    }
+    print(f"{args.method} on {name}: {args.clients} clients, q={args.fraction}, "
+          f"{args.local_epochs} local epochs, {args.rounds} rounds", flush=True)  # fmt: skip
+    started = time.perf_counter()
+    summary, grid = run_inprocess(overrides, args.clients)
+    wall = time.perf_counter() - started
+
+    later = grid.rounds[1:] or grid.rounds
+    client_s = sum(s for s, _ in later)
+    passes = sum(p for _, p in later)
+    per_round = grid.seconds_per_round()
+    personalize = summary["seconds_personalize"]
+    figures = {
+        "device": name,
+        "method": args.method,
+        "clients": args.clients,
+        "fraction": args.fraction,
+        "local_epochs": args.local_epochs,
+        "rounds": args.rounds,
+        "client_samples_per_s": passes / client_s,
+        "sample_passes_per_round": passes / len(later),
+        "seconds_per_round": per_round,
+        "client_seconds_per_round": client_s / len(later),
+        "seconds_first_round": grid.rounds[0][0],
+        "seconds_personalize": personalize,
+        "projected_200_round_minutes": (PAPER_ROUNDS * per_round + personalize) / 60,
+        "mean_accuracy": summary["mean_accuracy"],
+        "wall_seconds": wall,
+        "peak_gpu_memory_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0,
+    }
+    for key, value in figures.items():
+        print(f"  {key:28s} {value:.4g}" if isinstance(value, float) else f"  {key:28s} {value}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

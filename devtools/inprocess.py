@@ -1,0 +1,95 @@
+"""The app's ServerApp and ClientApps in one Python process, without Ray or a SuperLink.
+
+`InProcessGrid` answers the ServerApp's messages by calling the ClientApp's handlers
+(`client_app.query`, `.train`, `.personalize`) directly, one SuperNode after the other, each
+with its own `Context` (node config, persistent state) as Flower would give it. It exists for
+the machines where Flower's simulation engine is not installed (a lent GPU machine has torch
+but no Ray) and for benchmarks that separate client compute from the engine's overhead. Results
+equal a simulation's only in what the app computes: there is no process isolation, no
+serialization and no concurrency. Tests of the app itself go through `devtools.launch`.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context, Message, MessageType, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from pfedgm_app import client_app, server_app, wire
+from pfedgm_app.methods import run_config_keys
+from pfedgm_app.wire import PERSONALIZE_MESSAGE_TYPE
+
+HANDLERS = {
+    MessageType.QUERY: client_app.query,
+    MessageType.TRAIN: client_app.train,
+    PERSONALIZE_MESSAGE_TYPE: client_app.personalize,
+}
+
+
+class InProcessGrid:
+    """A Grid whose SuperNodes are `Context`s in this process; records seconds per message type."""
+
+    def __init__(self, run_config: dict[str, Any], num_partitions: int) -> None:
+        self.contexts = {
+            node: Context(
+                1,
+                node,
+                {wire.PARTITION_ID: node - 1, wire.NUM_PARTITIONS: num_partitions},
+                RecordDict(),
+                run_config,
+            )  # fmt: skip
+            for node in range(1, num_partitions + 1)
+        }
+        self.client_seconds: dict[str, float] = {}
+        self.rounds: list[tuple[float, float]] = []  # (client seconds, sample-passes) per round
+        self.starts: list[tuple[str, float]] = []  # (message type, clock) of each batch sent
+
+    def seconds_per_round(self) -> float:
+        """Wall seconds per train round (server side included), over the rounds after the
+        first, which also decodes each client's images."""
+        trains = [t for kind, t in self.starts if kind == MessageType.TRAIN]
+        end = next(t for kind, t in self.starts if kind == PERSONALIZE_MESSAGE_TYPE)
+        return (end - trains[1]) / (len(trains) - 1) if len(trains) > 1 else end - trains[0]
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.contexts)
+
+    def send_and_receive(self, messages: Iterable[Message], timeout: float | None = None):
+        replies, spent, passes = [], 0.0, 0.0
+        messages = list(messages)
+        kind = messages[0].metadata.message_type if messages else ""
+        self.starts.append((kind, time.perf_counter()))
+        for msg in messages:
+            start = time.perf_counter()
+            reply = HANDLERS[kind](msg, self.contexts[msg.metadata.dst_node_id])
+            replies.append(reply)
+            if reply.has_content() and wire.METRICS in reply.content:
+                passes += float(reply.content[wire.METRICS].get("sample-passes", 0.0))
+            seconds = time.perf_counter() - start
+            self.client_seconds[kind] = self.client_seconds.get(kind, 0.0) + seconds
+            spent += seconds
+        if replies and kind == MessageType.TRAIN:
+            self.rounds.append((spent, passes))
+        return replies
+
+
+def run_inprocess(overrides: dict[str, Any], num_partitions: int) -> tuple[dict, InProcessGrid]:
+    """Run the ServerApp's `main` over `num_partitions` in-process SuperNodes; returns the
+    `summary.json` it wrote and the grid (for its timings). Defaults are the app's own."""
+    run_config = {**run_config_keys(), **overrides}
+    if not run_config.get("output-dir"):
+        run_config["output-dir"] = tempfile.mkdtemp(prefix="pfedgm-inprocess-")
+    grid = InProcessGrid(run_config, num_partitions)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    try:
+        server_app.main(grid, Context(1, 0, {}, RecordDict(), run_config))
+    finally:
+        TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None
+    summary = Path(run_config["output-dir"]) / "summary.json"
+    return json.loads(summary.read_text()), grid
