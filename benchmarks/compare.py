@@ -5,10 +5,14 @@
     python benchmarks/compare.py --methods all --alpha 0.1 --clients 20 --rounds 10 \\
         --pool-size 12000 --out /abs/results/small-dir01      # every method, a quick table
 
-Each method's outputs go to OUT/<method>; a method whose `summary.json` already exists there is
-not run again (so an interrupted comparison resumes). Prints `mean (std)` per method, the
-ablation points each method reports, and each one's wall time relative to FedAvg's
-(when FedAvg is in OUT); `paper_table.py` prints several alphas side by side.
+`--engine inprocess` runs the same ServerApp and ClientApps in this process, one client after the
+other (`devtools/inprocess.py`; per-client results identical to `flwr run`'s on the CPU, checked
+by `tests/test_e2e.py`), without Ray's overhead; `--set key=value` adds any run-config key
+(`--set corruption=100C`). Each method's outputs go to OUT/<method>; a method whose
+`summary.json` already exists there is not run again (so an interrupted comparison resumes).
+Prints `mean (std)` per method, the ablation points each method reports, and each one's wall
+time relative to FedAvg's (when FedAvg is in OUT); `paper_table.py` prints several alphas
+side by side.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from paper_table import print_table  # benchmarks/ is on sys.path when run as a script
@@ -25,6 +30,7 @@ from pfedgm_app.methods import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
+from devtools.inprocess import run_inprocess  # noqa: E402
 from devtools.launch import offline_env, run_app, stop_local_superlink  # noqa: E402
 
 
@@ -40,6 +46,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pool-size", type=int, default=0, help="0 = all images (the paper)")
     parser.add_argument("--cpus-per-client", type=float, default=1)
+    parser.add_argument("--engine", choices=("flwr", "inprocess"), default="flwr")
+    parser.add_argument("--client-threads", type=int, default=0, help="0 = the app's default")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     methods = list(METHODS) if args.methods == "all" else args.methods.split(",")
@@ -65,8 +74,15 @@ def main() -> None:
                 "local-epochs": args.epochs,
                 "seed": args.seed,
                 "pool-size": args.pool_size,
+                "client-threads": args.client_threads,
                 "output-dir": str(target),
+                **extra_keys(args.set),
             }
+            if args.engine == "inprocess":
+                started = time.time()
+                summaries[method], _ = run_inprocess(cfg, args.clients)
+                print(f"{method}: finished in {time.time() - started:.0f}s", flush=True)
+                continue
             run = run_app(cfg, args.clients, env, args.cpus_per_client, timeout=24 * 3600)
             print(f"{method}: {run.status} in {run.wall_seconds:.0f}s", flush=True)
             if run.ok:
@@ -74,6 +90,20 @@ def main() -> None:
     finally:
         stop_local_superlink(home)
     print_table({args.alpha: summaries})
+
+
+def extra_keys(pairs: list[str]) -> dict:
+    """["corruption=100C", "lambda=0.5"] -> {"corruption": "100C", "lambda": 0.5}."""
+    keys = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects KEY=VALUE, got {pair!r}")
+        try:
+            keys[key] = json.loads(value.lower() if value.lower() in ("true", "false") else value)
+        except ValueError:
+            keys[key] = value
+    return keys
 
 
 if __name__ == "__main__":

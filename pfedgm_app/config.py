@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Self
 
 CORRUPTION_ASSIGNMENTS = ("none", "50C", "100C")  # CIFAR-10S / 100S (data.corruption_pair)
+PROTOCOLS = ("standard", "generalization")  # who trains and who is evaluated (data.Protocol)
 
 
 class ConfigError(ValueError):
@@ -83,6 +84,7 @@ class Settings:
 class RunConfig(Settings):
     """The keys every method shares, with the paper's defaults (Sec. Training Setup)."""
 
+    preset: str = ""  # presets.py: a paper table's keys in place of the defaults
     method: str = "pfedgm"
     dataset: str = "uoft-cs/cifar10"
     dirichlet_alpha: float = above(0, 0.5)
@@ -98,6 +100,8 @@ class RunConfig(Settings):
     pool_size: int = at_least(0, 0)
     corruption: str = "none"  # one of CORRUPTION_ASSIGNMENTS
     frost_dir: str = ""  # frost textures; empty: the first <ancestor>/shared/data/frost
+    protocol: str = "standard"  # one of PROTOCOLS
+    eval_every: int = at_least(0, 0)  # personalized evaluation every N rounds; 0: at the end
     seed: int = 0
     device: str = "auto"
     client_threads: int = at_least(0, 0)
@@ -118,6 +122,13 @@ class RunConfig(Settings):
         if self.corruption not in CORRUPTION_ASSIGNMENTS:
             raise ConfigError(
                 f"corruption must be one of {CORRUPTION_ASSIGNMENTS}, got {self.corruption!r}"
+            )
+        if self.protocol not in PROTOCOLS:
+            raise ConfigError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        if self.protocol == "generalization" and self.corruption != "none":
+            raise ConfigError(
+                "protocol='generalization' corrupts the second half of the clients itself; "
+                f"leave corruption='none' (got {self.corruption!r})"
             )
         if not (self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import io
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -245,17 +245,28 @@ def resolve_frost_dir(frost_dir: str | Path | None = None) -> Path:
 
 
 def _find_frost_dir(starts: Iterable[Path]) -> Path:
-    starts = [Path(s).resolve() for s in starts]
+    folder = find_shared("frost", starts, lambda f: all((f / n).is_file() for n in FROST_FILES))
+    if folder is None:
+        raise ValueError(
+            "frost textures not found: looked for <ancestor>/shared/data/frost/frost1.png ... "
+            f"frost5.jpg above {' and '.join(map(str, starts))}; pass frost_dir= the folder "
+            "holding them"
+        )
+    return folder
+
+
+def find_shared(
+    name: str, starts: Iterable[Path], accept: Callable[[Path], bool] = Path.is_dir
+) -> Path | None:
+    """The first `<ancestor>/shared/data/<name>` above any of `starts` that `accept`s, or None:
+    where the offline copies of the data live beside a checkout (`../shared/data`)."""
     for start in starts:
+        start = Path(start).resolve()
         for ancestor in (start, *start.parents):
-            folder = ancestor / "shared" / "data" / "frost"
-            if all((folder / name).is_file() for name in FROST_FILES):
+            folder = ancestor / "shared" / "data" / name
+            if accept(folder):
                 return folder
-    raise ValueError(
-        "frost textures not found: looked for <ancestor>/shared/data/frost/frost1.png ... "
-        f"frost5.jpg above {' and '.join(map(str, starts))}; pass frost_dir= the folder "
-        "holding them"
-    )
+    return None
 
 
 @functools.lru_cache(maxsize=4)

@@ -23,7 +23,7 @@ import torch
 from flwr_datasets.partitioner import Partitioner
 
 from .config import CORRUPTION_ASSIGNMENTS, ConfigError, RunConfig
-from .corruptions import corrupt, corruption_pairs
+from .corruptions import corrupt, corruption_pairs, find_shared
 from .models import BACKBONES
 
 log = logging.getLogger(__name__)
@@ -66,11 +66,26 @@ class ClientData:
         return ClientData(*move, num_classes=self.num_classes)
 
 
+SHARED = "shared:"  # dataset='shared:cifar100': the offline copy in <ancestor>/shared/data
+
+
 def resolve_dataset(dataset: str) -> str:
     """Return a canonical source: an absolute local path or a known hub id.
 
-    Raises ConfigError for a missing local path or an unknown dataset name.
+    `shared:<folder>` names the first `<ancestor>/shared/data/<folder>` above the working
+    directory or the app (the offline presets' spelling). Raises ConfigError for a missing
+    local path or an unknown dataset name.
     """
+    if dataset.startswith(SHARED):
+        name = dataset[len(SHARED) :]
+        starts = (Path.cwd(), Path(__file__).resolve().parent)
+        found = find_shared(name, starts, lambda f: any(f.glob("*.parquet")))
+        if found is None:
+            raise ConfigError(
+                f"dataset {dataset!r}: no <ancestor>/shared/data/{name} with parquet files above "
+                f"{' or '.join(map(str, starts))}; give the absolute path of a local copy instead"
+            )
+        return str(found)
     looks_local = dataset.startswith(("/", ".", "~")) or os.sep + os.sep in dataset
     path = Path(dataset).expanduser()
     if path.exists():
@@ -302,6 +317,7 @@ class Protocol:
     pool_size: int = 0
     corruption: str = "none"  # CIFAR-10S / 100S assignment: none, 50C, 100C
     frost_dir: str = ""
+    protocol: str = "standard"  # or "generalization": see `trains`, `evaluated`, `pair`
 
     @classmethod
     def of(cls, cfg: RunConfig, num_partitions: int, dataset: str | None = None) -> Protocol:
@@ -317,7 +333,36 @@ class Protocol:
             cfg.pool_size,
             cfg.corruption,
             cfg.frost_dir,
+            cfg.protocol,
         )
+
+    # The paper's new-client generalization protocol (100 clients, Dir(0.5)): clients 0..49
+    # clean, 50..99 corrupted as CIFAR-10S (one of the 50 corruption-severity pairs each); Phase 1
+    # trains on clients 0..44 only; Phase 2 personalizes and evaluates the unseen 45..99, i.e. 5
+    # clean clients and 5 per corruption. For N clients: the halves of N, the first 90% of the
+    # clean half train.
+    def trains(self, partition_id: int) -> bool:
+        """Whether the client takes part in Phase 1 (under `generalization`, only seen ones)."""
+        if self.protocol == "generalization":
+            return partition_id < (self.num_partitions // 2) * 9 // 10
+        return True
+
+    def evaluated(self, partition_id: int) -> bool:
+        """Whether the client is personalized and evaluated in Phase 2 (unseen ones only)."""
+        return self.protocol != "generalization" or not self.trains(partition_id)
+
+    def pair(self, partition_id: int) -> tuple[str, int] | None:
+        """The client's (corruption, severity), or None for a clean client."""
+        if self.protocol == "generalization":
+            half = self.num_partitions // 2
+            pairs = corruption_pairs()
+            return None if partition_id < half else pairs[(partition_id - half) % len(pairs)]
+        return corruption_pair(self.corruption, partition_id)
+
+    def client_type(self, partition_id: int) -> str:
+        """'clean' or the client's corruption: the groups of `accuracy_by_type`."""
+        pair = self.pair(partition_id)
+        return "clean" if pair is None else pair[0]
 
 
 _PARTITIONS: dict[tuple, list[np.ndarray]] = {}
@@ -352,15 +397,17 @@ def client_indices(protocol: Protocol) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def load_client_data(protocol: Protocol, partition_id: int) -> ClientData:
     """Decoded tensors of one client (decoded once per process, then served from memory), its
-    images corrupted as `protocol.corruption` assigns (`corruption_pair`)."""
+    images corrupted as the protocol assigns (`Protocol.pair`)."""
     if not 0 <= partition_id < protocol.num_partitions:
         raise ConfigError(f"partition-id {partition_id} outside [0, {protocol.num_partitions})")
     key = (protocol, partition_id)
     if key not in _CLIENTS:
         pool = load_pool(protocol.dataset)
-        pair = corruption_pair(protocol.corruption, partition_id)
+        pair = protocol.pair(partition_id)
         if pair is not None and pool.image_shape[0] != 3:
-            raise ConfigError(f"corruption={protocol.corruption!r} needs color images")
+            what = "protocol='generalization'" if protocol.protocol != "standard" else (
+                f"corruption={protocol.corruption!r}")  # fmt: skip
+            raise ConfigError(f"{what} needs color images (it corrupts as CIFAR-10S does)")
         parts, splits = [], client_indices(protocol)[partition_id]
         for split, indices in zip(("train", "test"), splits, strict=True):
             if pair is None:

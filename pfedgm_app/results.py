@@ -9,6 +9,7 @@ import csv
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,9 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord
 from flwr.common import log
 
+from . import wire
 from .config import ConfigError, RunConfig, Settings
-from .strategies import PersonalizationResult
+from .strategies import PersonalizationResult, summarize
 
 
 class RunWriter:
@@ -80,13 +82,14 @@ class RunWriter:
             f.write(json.dumps(row) + "\n")
 
     def on_round(
-        self, server_round: int, arrays: ArrayRecord, metrics: MetricRecord | None
+        self, server_round: int, arrays: ArrayRecord, metrics: MetricRecord | None, **extra
     ) -> None:
-        """A strategy's `on_round` hook: one line of `rounds.jsonl` with the round's seconds."""
+        """A strategy's `on_round` hook: one line of `rounds.jsonl` with the round's seconds
+        (training and aggregation; an evaluation of the round, in `extra`, is not counted)."""
         now = time.time()
         last = self.times.get("round", self.times.get("rounds", now))
-        self.append_round(server_round, metrics, seconds=now - last)
-        self.times["round"] = now
+        self.append_round(server_round, metrics, seconds=now - last, **extra)
+        self.times["round"] = time.time()
 
     def save_weights(self, arrays: ArrayRecord) -> Path:
         path = self.run_dir / "global_model.pt"
@@ -103,8 +106,16 @@ class RunWriter:
             writer.writerows(rows)
         return path
 
-    def finish(self, cfg: RunConfig, num_clients: int, outcome: PersonalizationResult) -> dict:
-        """Write `clients.csv` and `summary.json`, and log the summary; returns the summary."""
+    def finish(
+        self,
+        cfg: RunConfig,
+        num_clients: int,
+        outcome: PersonalizationResult,
+        by_type: dict[str, dict] | None = None,
+    ) -> dict:
+        """Write `clients.csv` and `summary.json` (with `accuracy_by_type` when given), plot the
+        accuracy per round when the run evaluated during training, and log the summary;
+        returns the summary."""
         self.write_clients(outcome.clients)
         self.mark("finished")
         t = self.times
@@ -129,9 +140,65 @@ class RunWriter:
             "seconds_personalize": t["finished"] - t["trained"],
             "output_dir": str(self.run_dir),
         }
+        if cfg.protocol != "standard":
+            summary["protocol"] = cfg.protocol
+        if by_type:
+            summary["accuracy_by_type"] = by_type
         self.write_json("summary.json", summary)
+        if cfg.eval_every:
+            self.plot_accuracy(cfg.num_server_rounds, outcome)
         log_summary(summary, outcome)
         return summary
+
+    def plot_accuracy(self, rounds: int, final: PersonalizationResult) -> Path:
+        """`accuracy.png`: personalized test accuracy (mean and std across clients) against the
+        round, from the evaluations in `rounds.jsonl` and the final personalize round."""
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only, no display
+        import matplotlib.pyplot as plt
+
+        rows = [json.loads(line) for line in open(self.run_dir / "rounds.jsonl")]
+        points = [(r["round"], r[EVAL_MEAN], r[EVAL_STD]) for r in rows if EVAL_MEAN in r]
+        points.append((rounds, final.mean_accuracy, final.std_accuracy))
+        x, mean, std = zip(*points, strict=True)
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(x, mean, marker="o")
+        ax.fill_between(x, [m - s for m, s in zip(mean, std, strict=True)],
+                        [m + s for m, s in zip(mean, std, strict=True)], alpha=0.2)  # fmt: skip
+        ax.set(xlabel="round", ylabel="personalized test accuracy (%)", title=self.run_dir.name)
+        ax.grid(alpha=0.3)
+        path = self.run_dir / "accuracy.png"
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        return path
+
+
+EVAL_MEAN, EVAL_STD = "personalized-accuracy", "personalized-std"  # evaluation keys per round
+
+
+def evaluation_row(outcome: PersonalizationResult, by_type: dict[str, dict] | None) -> dict:
+    """What an evaluation during training adds to its round's line of `rounds.jsonl`."""
+    row = {EVAL_MEAN: outcome.mean_accuracy, EVAL_STD: outcome.std_accuracy}
+    if by_type:
+        row["accuracy-by-type"] = {k: v["mean_accuracy"] for k, v in by_type.items()}
+    return row
+
+
+def accuracy_by_type(
+    rows: list[dict[str, float]], client_type: Callable[[int], str]
+) -> dict[str, dict]:
+    """{type: mean (weighted by test size), std and number of clients} over the clients of
+    each type ('clean' or a corruption; `data.Protocol.client_type`), in percent."""
+    groups: dict[str, list[dict[str, float]]] = {}
+    for row in rows:
+        groups.setdefault(client_type(int(row[wire.PARTITION_ID])), []).append(row)
+    result = {}
+    for kind, members in sorted(groups.items()):
+        stats = summarize(members, wire.ACCURACY, wire.NUM_TEST, [])
+        result[kind] = {"mean_accuracy": stats.mean_accuracy, "std_accuracy": stats.std_accuracy,
+                        "clients": len(members)}  # fmt: skip
+    return result
 
 
 def log_summary(summary: dict, outcome: PersonalizationResult) -> None:
@@ -142,6 +209,9 @@ def log_summary(summary: dict, outcome: PersonalizationResult) -> None:
         summary["num_clients"], summary["rounds"])  # fmt: skip
     log(INFO, "  personalized test accuracy: %.2f (%.2f) %% [mean weighted by test size (std "
         "across clients)]", outcome.mean_accuracy, outcome.std_accuracy)  # fmt: skip
+    for kind, stats in summary.get("accuracy_by_type", {}).items():
+        log(INFO, "  %s: %.2f (%.2f) %% over %d clients", kind, stats["mean_accuracy"],
+            stats["std_accuracy"], stats["clients"])  # fmt: skip
     for key, value in outcome.means.items():
         log(INFO, "  %s: %.2f %%", key, value)
     if outcome.failures:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from logging import ERROR
 
 import torch
@@ -14,12 +15,13 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
+from . import wire
 from .config import ConfigError, RunConfig
-from .data import PoolInfo, load_pool, resolve_dataset
+from .data import PoolInfo, Protocol, load_pool, resolve_dataset
 from .federation import discover_clients, partition_ranks
 from .methods import Method, parse_run_config
-from .results import RunWriter
-from .strategies import PersonalizedFedAvg, RoundHook
+from .results import RunWriter, accuracy_by_type, evaluation_row
+from .strategies import PersonalizationResult, PersonalizedFedAvg, RoundHook
 
 app = ServerApp()
 
@@ -38,7 +40,23 @@ def main(grid: Grid, context: Context) -> None:
         log(ERROR, "pFedGM app: %s", exc)
         raise
     writer.write_config(cfg, settings, len(clients))
-    strategy = build_strategy(cfg, method, partition_ranks(clients), writer.on_round)
+    protocol = Protocol.of(cfg, len(clients))
+    ranks = partition_ranks(clients)
+    trained = [node for node, pid in ranks.items() if protocol.trains(pid)]
+    evaluated = [node for node, pid in ranks.items() if protocol.evaluated(pid)]
+    by_type = types_of(protocol)
+    strategy: PersonalizedFedAvg
+
+    def on_round(server_round: int, arrays: ArrayRecord, metrics) -> None:
+        extra = {}  # --eval-every: Phase 2 on the current arrays (clients keep no trace of it)
+        if cfg.eval_every and server_round % cfg.eval_every == 0:
+            if server_round < cfg.num_server_rounds:  # the last round's is the final Phase 2
+                config = ConfigRecord({wire.ROUND: server_round})
+                outcome = strategy.personalize(grid, arrays, config, cfg.round_timeout, evaluated)
+                extra = evaluation_row(outcome, by_type(outcome))
+        writer.on_round(server_round, arrays, metrics, **extra)
+
+    strategy = build_strategy(cfg, method, ranks, on_round, trained)
     initial = initial_arrays(cfg, method, pool)
 
     # Phase 1: global collaborative training (Algorithm 1, or the baseline's rounds)
@@ -54,9 +72,16 @@ def main(grid: Grid, context: Context) -> None:
     final = result.arrays if result.arrays else initial  # no round aggregated: the start
     writer.save_weights(final)
 
-    # Phase 2: personalized client adaptation and evaluation, on every client
-    outcome = strategy.personalize(grid, final, ConfigRecord(), cfg.round_timeout)
-    writer.finish(cfg, len(clients), outcome)
+    # Phase 2: personalized client adaptation and evaluation, on every (evaluated) client
+    outcome = strategy.personalize(grid, final, ConfigRecord(), cfg.round_timeout, evaluated)
+    writer.finish(cfg, len(clients), outcome, by_type(outcome))
+
+
+def types_of(protocol: Protocol) -> Callable[[PersonalizationResult], dict[str, dict] | None]:
+    """Accuracy per client type (clean, each corruption) where the protocol has several."""
+    if protocol.protocol == "standard" and protocol.corruption == "none":
+        return lambda outcome: None
+    return lambda outcome: accuracy_by_type(outcome.clients, protocol.client_type)
 
 
 def initial_arrays(cfg: RunConfig, method: Method, pool: PoolInfo) -> ArrayRecord:
@@ -67,10 +92,15 @@ def initial_arrays(cfg: RunConfig, method: Method, pool: PoolInfo) -> ArrayRecor
 
 
 def build_strategy(
-    cfg: RunConfig, method: Method, node_ranks: dict[int, int], on_round: RoundHook | None = None
+    cfg: RunConfig,
+    method: Method,
+    node_ranks: dict[int, int],
+    on_round: RoundHook | None = None,
+    train_nodes: list[int] | None = None,
 ) -> PersonalizedFedAvg:
     """The server side of `method`; every round waits for all clients to be connected and
-    samples them by partition id, so methods with the same seed see the same clients.
+    samples them (among `train_nodes`, default all) by partition id, so methods with the same
+    seed see the same clients.
     """
     return method.strategy(
         fraction_train=cfg.fraction_train,
@@ -79,5 +109,6 @@ def build_strategy(
         min_available_nodes=len(node_ranks),
         on_round=on_round,
         node_ranks=node_ranks,
+        train_nodes=train_nodes,
         seed=cfg.seed,
     )

@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from pfedgm_app import presets
 from pfedgm_app.config import ConfigError, RunConfig, Settings, above, at_least
 from pfedgm_app.data import load_pool, resolve_dataset
 from pfedgm_app.methods import METHODS, markdown_table, parse_run_config, run_config_keys
+from pfedgm_app.presets import PRESETS
+from tests.conftest import SHARED_DATA
 
 ROOT = Path(__file__).parents[1]
 
@@ -92,6 +95,9 @@ def test_a_method_registered_once_is_known_everywhere():
         ({"fedrep-body-epochs": 6}, "fedrep-body-epochs must lie in [1, local-epochs=5]"),
         ({"batch-size": 2.5}, "batch-size must be int"),
         ({"device": "tpu"}, "device must be"),
+        ({"protocol": "fewshot"}, "protocol must be one of"),
+        ({"protocol": "generalization", "corruption": "50C"}, "leave corruption='none'"),
+        ({"eval-every": -1}, "eval-every must be >= 0"),
         ({"no-such-key": 1}, "unknown run-config key"),
     ],
 )
@@ -134,8 +140,37 @@ def test_wrong_image_shape_is_rejected(tmp_path):
         load_pool(str(tmp_path))
 
 
-def test_presets_in_conf_are_valid_run_configs():
-    presets = sorted((ROOT / "conf").glob("*.toml"))
-    assert presets
-    for preset in presets:
-        parse_run_config(tomllib.loads(preset.read_text()))
+def test_conf_holds_exactly_the_registered_presets_and_each_parses():
+    """conf/*.toml are written from `PRESETS` (no drift), and every one is a valid run-config,
+    as a file and by name through the `preset` key."""
+    files = {p.stem: p.read_text() for p in (ROOT / "conf").glob("*.toml")}
+    assert files == {name: p.toml() for name, p in PRESETS.items()}
+    for name, preset in PRESETS.items():
+        assert preset.num_supernodes >= 4
+        parse_run_config(tomllib.loads(files[name]))
+        cfg, _, _ = parse_run_config({"preset": name})
+        for key, value in preset.keys.items():
+            assert cfg.to_run_config()[key] == value, (name, key)
+
+
+def test_offline_presets_find_their_data_here(cifar10, cifar100, mnist, tinyimagenet):
+    for name in PRESETS:
+        if name.endswith("-offline"):
+            cfg, _, _ = parse_run_config({"preset": name})
+            assert Path(resolve_dataset(cfg.dataset)).parent == SHARED_DATA, name
+
+
+def test_a_preset_fills_the_defaults_and_a_key_given_wins():
+    defaults = run_config_keys()
+    given = {**defaults, "preset": "cifar100-dir01", "method": "fedpac", "fraction-train": 0.5}
+    cfg, method, _ = parse_run_config(given)
+    assert (cfg.dataset, cfg.dirichlet_alpha, cfg.fraction_train) == ("uoft-cs/cifar100", 0.1, 0.5)
+    assert method.name == "fedpac" and cfg.preset == "cifar100-dir01"
+    with pytest.raises(ConfigError, match="unknown preset 'cifar1000'"):
+        parse_run_config({"preset": "cifar1000"})
+    with pytest.raises(ConfigError, match="no <ancestor>/shared/data/nowhere"):
+        resolve_dataset("shared:nowhere")
+
+
+def test_readme_lists_every_preset():
+    assert presets.markdown_table() in (ROOT / "README.md").read_text()

@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from pfedgm_app.config import ConfigError
+from pfedgm_app.corruptions import CORRUPTIONS, corruption_pairs
 from pfedgm_app.data import (
     Protocol,
     ResamplingDirichletPartitioner,
     client_indices,
+    corruption_pair,
     dirichlet_partition,
     load_client_data,
     load_pool,
@@ -160,9 +162,6 @@ def test_labels_outside_the_declared_classes_are_refused(tmp_path):
 
 
 def test_50c_and_100c_assign_the_papers_pairs():
-    from pfedgm_app.corruptions import CORRUPTIONS
-    from pfedgm_app.data import corruption_pair
-
     assert [corruption_pair("50C", i) for i in (0, 4, 5, 49)] == [
         (CORRUPTIONS[0], 1), (CORRUPTIONS[0], 5), (CORRUPTIONS[1], 1), (CORRUPTIONS[9], 5)
     ]  # fmt: skip
@@ -206,3 +205,17 @@ def test_corruption_of_grayscale_data_is_refused(mnist):
     protocol = Protocol(str(mnist), 10, 0.5, pool_size=2000, corruption="50C")
     with pytest.raises(ConfigError, match="needs color images"):
         load_client_data(protocol, 0)
+
+
+def test_generalization_protocol_trains_45_seen_and_evaluates_55_unseen_clients():
+    """The paper's new-client protocol on 100 clients: 0..49 clean, 50..99 corrupted with the 50
+    pairs in order; Phase 1 on 0..44; Phase 2 on the 5 unseen clean and the 50 corrupted."""
+    p = Protocol("any", 100, 0.5, protocol="generalization")
+    assert [i for i in range(100) if p.trains(i)] == list(range(45))
+    assert [i for i in range(100) if p.evaluated(i)] == list(range(45, 100))
+    assert [p.pair(i) for i in range(100)] == [None] * 50 + corruption_pairs()
+    types = [p.client_type(i) for i in range(45, 100)]
+    assert types.count("clean") == 5 and all(types.count(c) == 5 for c in CORRUPTIONS)
+    standard = Protocol("any", 100, 0.5, corruption="100C")
+    assert all(standard.trains(i) and standard.evaluated(i) for i in range(100))
+    assert standard.pair(7) == corruption_pair("100C", 7)

@@ -129,6 +129,7 @@ class TrainingGrid(FakeGrid):
             if msg.metadata.message_type != "train":
                 replies += super().send_and_receive([msg], timeout)
                 continue
+            self.sent.append((msg.metadata.dst_node_id, "train"))
             self.configs.append(dict(msg.content["config"]))
             arrays = msg.content["arrays"]
             body = arrays["body"].numpy() + 1
@@ -157,3 +158,16 @@ def test_flowers_round_loop_keeps_local_keys_and_sends_per_round_values_only():
     assert strategy.sent_arrays == {}  # nothing carried past its round
     report = strategy.personalize(grid, result.arrays, ConfigRecord())
     assert len(report.clients) == 2
+
+
+def test_only_train_nodes_are_trained_and_personalize_reaches_the_nodes_given():
+    """The generalization protocol's server side: nodes outside `train_nodes` never get a
+    train message, and the personalize round goes to the nodes named (the unseen ones)."""
+    grid = TrainingGrid({n: (n - 1, 6) for n in range(1, 7)})
+    strategy = PersonalizedFedAvg(fraction_train=1.0, min_available_nodes=6, train_nodes=[1, 2])
+    initial = ArrayRecord({"body": Array(np.zeros(2, np.float32))})
+    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=3,
+                            train_config=ConfigRecord())  # fmt: skip
+    assert {node for node, kind in grid.sent if kind == "train"} == {1, 2}
+    report = strategy.personalize(grid, result.arrays, ConfigRecord(), nodes=[3, 4, 5, 6])
+    assert sorted(int(r["partition-id"]) for r in report.clients) == [2, 3, 4, 5]

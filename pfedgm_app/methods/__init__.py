@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import ConfigError, RunConfig, Settings
+from ..presets import apply_preset
 from .base import ClientPlugin, ClientRun, ClientState, Method, Reply
 from .ditto import DITTO
 from .fedavg import FEDAVG, FEDAVGFT, LOCAL
@@ -68,7 +69,8 @@ def run_config_keys() -> dict[str, Any]:
 def parse_run_config(run_config: Mapping[str, Any]) -> tuple[RunConfig, Method, Settings]:
     """Flower's run-config -> (common settings, the chosen method, its settings).
 
-    Every key is checked, the other methods' too (a bad value is an error even where unused);
+    A `preset` (`presets.py`) fills the keys left at their defaults. Every key is checked, the
+    other methods' too (a bad value is an error even where unused);
     unknown keys are an error. Raises one ConfigError naming the key and how to fix it, before
     any data is loaded or any round runs.
     """
@@ -76,6 +78,10 @@ def parse_run_config(run_config: Mapping[str, Any]) -> tuple[RunConfig, Method, 
     unknown = sorted(set(run_config) - set(known))
     if unknown:
         raise ConfigError(f"unknown run-config key(s) {unknown}; known keys: {sorted(known)}")
+    run_config = apply_preset(dict(run_config), known)
+    unknown = sorted(set(run_config) - set(known))
+    if unknown:
+        raise ConfigError(f"preset {run_config['preset']!r} sets unknown key(s) {unknown}")
     cfg = RunConfig.from_run_config(run_config)
     method = get_method(cfg.method)
     cfg.validate()

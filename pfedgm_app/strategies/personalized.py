@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 
@@ -56,8 +56,10 @@ class PersonalizedFedAvg(FedAvg):
       instead of vanishing from the global model; a client may send an empty ArrayRecord.
     - A reply with NaN/Inf arrays, or rejected by `reject_reason`, is dropped from the aggregate
       with a warning; the round goes on (with the previous arrays if nothing is left).
-    - `personalize(grid, arrays, config)` sends `personalize_message_type` to every node and
-      aggregates the returned accuracies (`PersonalizationResult`).
+    - `personalize(grid, arrays, config)` sends `personalize_message_type` to every node (or to
+      the `nodes` given) and aggregates the returned accuracies (`PersonalizationResult`).
+    - With `train_nodes`, only those nodes are sampled for training (e.g. the seen clients of a
+      new-client generalization protocol); the others never receive a train message.
     - `on_round(server_round, arrays, metrics)` is called after each aggregation (e.g. to write
       per-round metrics to disk as the run goes).
     - With `node_ranks` (node id -> a stable client index, e.g. its partition id), clients are
@@ -80,11 +82,13 @@ class PersonalizedFedAvg(FedAvg):
         test_size_key: str = wire.NUM_TEST,
         on_round: RoundHook | None = None,
         node_ranks: Mapping[int, int] | None = None,
+        train_nodes: Collection[int] | None = None,
         seed: int = 0,
         **fedavg_kwargs,
     ) -> None:
         super().__init__(**fedavg_kwargs)
         self.node_ranks = node_ranks
+        self.train_nodes = None if train_nodes is None else frozenset(train_nodes)
         self.rng = random.Random(seed)
         self.personalize_message_type = personalize_message_type
         self.accuracy_key = accuracy_key
@@ -109,9 +113,12 @@ class PersonalizedFedAvg(FedAvg):
 
     def sample_train_nodes(self, grid: Grid) -> list[int]:
         """Wait for `min_available_nodes`, then sample `fraction_train` of the connected nodes
-        (at least `min_train_nodes`), by `node_ranks` when given.
+        (of those in `train_nodes` when given; at least `min_train_nodes`), by `node_ranks`
+        when given.
         """
         nodes = wait_for_nodes(grid, self.min_available_nodes)
+        if self.train_nodes is not None:
+            nodes = [n for n in nodes if n in self.train_nodes]
         size = min(max(int(len(nodes) * self.fraction_train), self.min_train_nodes), len(nodes))
         if self.node_ranks is not None:  # the same order whatever ids the nodes got this run
             ranks = self.node_ranks
@@ -181,11 +188,17 @@ class PersonalizedFedAvg(FedAvg):
 
     # -- the personalize round ----------------------------------------------------------------
     def personalize(
-        self, grid: Grid, arrays: ArrayRecord, config: ConfigRecord, timeout: float = 3600
+        self,
+        grid: Grid,
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        timeout: float = 3600,
+        nodes: Iterable[int] | None = None,
     ) -> PersonalizationResult:
-        """Send the final arrays to every connected node, each personalizes and evaluates."""
-        nodes = sorted(grid.get_node_ids())
-        log(INFO, "personalize: sending '%s' to all %d nodes", self.personalize_message_type,
+        """Send `arrays` to `nodes` (default: every connected node); each personalizes and
+        evaluates."""
+        nodes = sorted(grid.get_node_ids() if nodes is None else nodes)
+        log(INFO, "personalize: sending '%s' to %d nodes", self.personalize_message_type,
             len(nodes))  # fmt: skip
         content = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         messages = self.messages(content, nodes, self.personalize_message_type)
