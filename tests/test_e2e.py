@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from devtools.launch import offline_env, run_app, start_deployment, stop_local_superlink
-from pfedgm_app.methods import METHODS
+from pfedgm_app.data import Protocol, client_indices
 
 pytestmark = pytest.mark.e2e
 
@@ -58,15 +58,21 @@ def test_learning_pfedgm_beats_fedavg_on_cifar10_dir01(flower_env, tmp_path, cif
     assert {"acc-global", "acc-global-cov", "acc-finetune"} <= set(gm["ablation_mean_accuracy"])
 
 
-# pfedgm and fedavg run in the learning test above
-@pytest.mark.parametrize("method", [m for m in METHODS if m not in ("pfedgm", "fedavg")])
+# pfedgm and fedavg run in the learning test above. Through `flwr run`: the baselines whose path
+# through the engine differs (nothing sent, client state, server extras); the others, whose
+# messages are FedPer's (tested in a deployment below), run in `test_inprocess.py`.
+ENGINE_BASELINES = ("local", "ditto", "pfedme", "fedpac", "pfedfda")
+BASELINE_RUN = {**SMALL, "local-epochs": 3, "fraction-train": 1.0, "pool-size": 6000,
+                "pfedme-inner-steps": 2}  # fmt: skip
+# pfedme: 2 inner steps, not 5: the engine path is under test here, the inner solve is checked
+# in test_baselines_math.
+
+
+@pytest.mark.parametrize("method", ENGINE_BASELINES)
 def test_baselines_run_end_to_end(flower_env, tmp_path, mnist, method):
     """Each baseline finishes through `flwr run` (MNIST, 2 clients, both trained in both rounds),
     writes its outputs and beats chance."""
-    cfg = {**SMALL, "local-epochs": 3, "fraction-train": 1.0, "pool-size": 6000}
-    if method == "pfedme":  # 2 inner steps, not 5: the engine path is under test here, the
-        cfg["pfedme-inner-steps"] = 2  # inner solve is checked in test_baselines_math
-    run = _run(flower_env, tmp_path, mnist, 2, method=method, **cfg)
+    run = _run(flower_env, tmp_path, mnist, 2, method=method, **BASELINE_RUN)
     summary = _check_outputs(run, method, 2, 2)
     assert summary["mean_accuracy"] > 25  # chance is 10%
 
@@ -127,3 +133,36 @@ def test_64px_data_runs_pfedgm_end_to_end(flower_env, tmp_path, tinyimagenet):
     weights = torch.load(run.output_dir / "global_model.pt")
     assert weights["head.mu"].shape == weights["head.A"].shape == (200, 512)
     assert weights["generator.features.11.weight"].shape == (512, 3136)
+
+
+def test_cifar100s_runs_pfedgm_with_corrupted_clients(flower_env, tmp_path, cifar100):
+    """CIFAR-100S (corruption=100C) through `flwr run`: 100 classes, clients 2j and 2j+1 share
+    a corruption pair, and the summary reports accuracy per corruption."""
+    cfg = {**SMALL, "fraction-train": 1.0, "corruption": "100C"}
+    run = _run(flower_env, tmp_path, cifar100, 4, method="pfedgm", **cfg)
+    summary = _check_outputs(run, "pfedgm", 4, 2)
+    assert torch.load(run.output_dir / "global_model.pt")["head.mu"].shape == (100, 128)
+    assert summary["accuracy_by_type"].keys() == {"motion_blur"}  # pairs 0 and 1: severities 1, 2
+    assert summary["accuracy_by_type"]["motion_blur"]["clients"] == 4
+
+
+def test_generalization_protocol_trains_seen_clients_only(flower_env, tmp_path, cifar10):
+    """protocol=generalization through `flwr run`, 4 clients: client 0 (seen, clean) alone trains;
+    clients 1 (clean) and 2, 3 (CIFAR-10S) are personalized and evaluated by type; eval-every=1
+    adds round 1's evaluation to rounds.jsonl and the plot."""
+    cfg = {**SMALL, "protocol": "generalization", "fraction-train": 0.6, "eval-every": 1}
+    run = _run(flower_env, tmp_path, cifar10, 4, method="pfedgm", **cfg)
+    assert run.ok, run.log[-3000:]
+    out, summary = run.output_dir, run.summary
+    rounds = [json.loads(r) for r in (out / "rounds.jsonl").read_text().splitlines()]
+    protocol = Protocol(str(cifar10), 4, 0.5, pool_size=4000, protocol="generalization")
+    seen_train_size = len(client_indices(protocol)[0][0])
+    assert [(r["num-clients"], r["num-examples-total"]) for r in rounds] == [
+        (1, seen_train_size)
+    ] * 2
+    assert "personalized-accuracy" in rounds[0] and "personalized-accuracy" not in rounds[1]
+    with open(out / "clients.csv") as f:
+        assert sorted(int(float(c["partition-id"])) for c in csv.DictReader(f)) == [1, 2, 3]
+    by_type = summary["accuracy_by_type"]
+    assert {k: v["clients"] for k, v in by_type.items()} == {"clean": 1, "motion_blur": 2}
+    assert (out / "accuracy.png").stat().st_size > 1000
