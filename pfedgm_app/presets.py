@@ -115,10 +115,14 @@ def _offline(preset: Preset) -> Preset:
     hub = preset.keys.get("dataset", "uoft-cs/cifar10")
     folder = next(local for h, local, *_ in DATASETS.values() if h == hub)
     keys = {**preset.keys, "dataset": f"shared:{folder}"}
-    if folder == "mnist" and preset.num_supernodes >= 1000:  # 70 images per client, not 814
-        keys["min-train-samples"] = 20
-    table = preset.table + f" (offline: shared/data/{folder})"
-    return Preset(f"{preset.name}-offline", table, preset.num_supernodes, keys)
+    clients, note = preset.num_supernodes, f"offline: shared/data/{folder}"
+    if folder == "mnist":  # 70,000 images where EMNIST has 814,255: smaller clients
+        if keys["dirichlet-alpha"] < 0.5:  # no Dir(0.1) split of MNIST gives 1000 clients data
+            clients, keys["min-train-samples"] = 200, 20
+            note += f", 200 clients: MNIST has too few images for {preset.num_supernodes}"
+        elif clients >= 1000:
+            keys["min-train-samples"] = 10
+    return Preset(f"{preset.name}-offline", f"{preset.table} ({note})", clients, keys)
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in _papers()}

@@ -1,0 +1,95 @@
+"""Scale: 1000 simulated clients (the paper's EMNIST setting, MNIST as its offline stand-in)
+through `flwr run`, against 100 clients sampling as many per round.
+
+Both runs sample 30 clients per round (1000 x q=0.03 and 100 x q=0.3), batch 16, 5 local
+epochs, so their seconds per round should match if a round's cost follows the sampled clients
+and not the total. Prints, per run: seconds per round (after the first), seconds before round 1
+(every SuperNode reports its partition), Phase 2 seconds (every client personalizes), and the
+peak memory of the whole simulation (SuperLink, Ray and the ClientApps).
+
+    python benchmarks/bench_scale.py                       # pFedGM, 3 rounds, Dir(0.5)
+    python benchmarks/bench_scale.py --clients 1000 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from bench_speed import PeakRss  # benchmarks/ is on sys.path when run as a script
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
+from devtools.launch import offline_env, run_app, stop_local_superlink  # noqa: E402
+
+SAMPLED = 30  # clients per round in both runs
+
+
+def scale_run(clients: int, args: argparse.Namespace, env: dict, home: Path) -> dict:
+    out = Path(tempfile.mkdtemp(prefix=f"bench-scale-{clients}-"))
+    cfg = {
+        "method": args.method,
+        "dataset": args.dataset,
+        "dirichlet-alpha": args.alpha,
+        "num-server-rounds": args.rounds,
+        "fraction-train": SAMPLED / clients,
+        "batch-size": 16,
+        "min-train-samples": 10,
+        "output-dir": str(out),
+    }
+    rss = PeakRss(home)
+    rss.start()
+    run = run_app(cfg, clients, env, cpus_per_client=1, timeout=3 * 3600)
+    rss.stop.set()
+    if not run.ok:
+        raise SystemExit(f"{clients} clients: run {run.status}:\n{run.log[-3000:]}")
+    rounds = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
+    later = rounds[1:] or rounds
+    s = run.summary
+    return {
+        "clients": clients,
+        "q": SAMPLED / clients,
+        "seconds_per_round": sum(r["seconds"] for r in later) / len(later),
+        "seconds_first_round": rounds[0]["seconds"],
+        "seconds_before_round_1": s["seconds_training"] - s["seconds_per_round"] * s["rounds"],
+        "seconds_personalize": s["seconds_personalize"],
+        "peak_rss_gib": rss.peak / 2**30,
+        "accuracy": s["mean_accuracy"],
+        "clients_evaluated": s["num_clients_evaluated"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", default=str(ROOT.parent / "shared/data/mnist"))
+    parser.add_argument("--method", default="pfedgm")
+    parser.add_argument("--clients", default="100,1000", help="comma-separated client counts")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--alpha", type=float, default=0.5)
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="bench-scale-home-"))
+    env = offline_env(home)
+    results = []
+    try:
+        for clients in map(int, args.clients.split(",")):
+            results.append(scale_run(clients, args, env, home))
+            print(json.dumps(results[-1]), flush=True)
+    finally:
+        stop_local_superlink(home)
+    print(f"{args.method}, {SAMPLED} clients per round, batch 16, 5 local epochs, "
+          f"Dir({args.alpha}), {args.rounds} rounds")  # fmt: skip
+    for r in results:
+        print(f"{r['clients']:5d} clients (q={r['q']:.2f}): {r['seconds_per_round']:.1f} s/round, "
+              f"{r['seconds_before_round_1']:.0f} s before round 1, Phase 2 "
+              f"{r['seconds_personalize']:.0f} s, peak memory {r['peak_rss_gib']:.2f} GiB, "
+              f"accuracy {r['accuracy']:.2f} % over {r['clients_evaluated']} clients")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
