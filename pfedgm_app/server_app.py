@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from logging import ERROR
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context
+from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
@@ -41,22 +41,13 @@ def main(grid: Grid, context: Context) -> None:
         raise
     writer.write_config(cfg, settings, len(clients))
     protocol = Protocol.of(cfg, len(clients))
-    ranks = partition_ranks(clients)
+    ranks = partition_ranks(clients)  # the protocol's roles are by partition id
     trained = [node for node, pid in ranks.items() if protocol.trains(pid)]
-    evaluated = [node for node, pid in ranks.items() if protocol.evaluated(pid)]
-    by_type = types_of(protocol)
-    strategy: PersonalizedFedAvg
-
-    def on_round(server_round: int, arrays: ArrayRecord, metrics) -> None:
-        extra = {}  # --eval-every: Phase 2 on the current arrays (clients keep no trace of it)
-        if cfg.eval_every and server_round % cfg.eval_every == 0:
-            if server_round < cfg.num_server_rounds:  # the last round's is the final Phase 2
-                config = ConfigRecord({wire.ROUND: server_round})
-                outcome = strategy.personalize(grid, arrays, config, cfg.round_timeout, evaluated)
-                extra = evaluation_row(outcome, by_type(outcome))
-        writer.on_round(server_round, arrays, metrics, **extra)
-
-    strategy = build_strategy(cfg, method, ranks, on_round, trained)
+    evaluation = Evaluation(
+        grid, cfg, protocol, [n for n, p in ranks.items() if protocol.evaluated(p)]
+    )
+    strategy = build_strategy(cfg, method, ranks, evaluation.round_hook(writer), trained)
+    evaluation.strategy = strategy
     initial = initial_arrays(cfg, method, pool)
 
     # Phase 1: global collaborative training (Algorithm 1, or the baseline's rounds)
@@ -72,16 +63,47 @@ def main(grid: Grid, context: Context) -> None:
     final = result.arrays if result.arrays else initial  # no round aggregated: the start
     writer.save_weights(final)
 
-    # Phase 2: personalized client adaptation and evaluation, on every (evaluated) client
-    outcome = strategy.personalize(grid, final, ConfigRecord(), cfg.round_timeout, evaluated)
-    writer.finish(cfg, len(clients), outcome, by_type(outcome))
+    # Phase 2: personalized client adaptation and evaluation, on every evaluated client
+    writer.finish(cfg, len(clients), *evaluation.run(final))
 
 
-def types_of(protocol: Protocol) -> Callable[[PersonalizationResult], dict[str, dict] | None]:
-    """Accuracy per client type (clean, each corruption) where the protocol has several."""
-    if protocol.protocol == "standard" and protocol.corruption == "none":
-        return lambda outcome: None
-    return lambda outcome: accuracy_by_type(outcome.clients, protocol.client_type)
+@dataclass
+class Evaluation:
+    """Phase 2 (each method's personalize round) on the protocol's evaluated clients: once after
+    training and, with `eval-every`, during it (the clients keep nothing of it)."""
+
+    grid: Grid
+    cfg: RunConfig
+    protocol: Protocol
+    nodes: list[int]
+    strategy: PersonalizedFedAvg | None = None
+
+    def run(
+        self, arrays: ArrayRecord, server_round: int = 0
+    ) -> tuple[PersonalizationResult, dict[str, dict] | None]:
+        """The outcome, and its accuracy per client type (clean, each corruption) where the
+        protocol has corrupted clients."""
+        config = ConfigRecord({wire.ROUND: server_round} if server_round else {})
+        outcome = self.strategy.personalize(
+            self.grid, arrays, config, self.cfg.round_timeout, self.nodes
+        )
+        typed = self.protocol.protocol != "standard" or self.protocol.corruption != "none"
+        return outcome, accuracy_by_type(
+            outcome.clients, self.protocol.client_type
+        ) if typed else None
+
+    def round_hook(self, writer: RunWriter) -> RoundHook:
+        """The strategy's `on_round`: evaluate every `eval-every` rounds (the last round's is
+        the final Phase 2), then write the round's line of `rounds.jsonl`."""
+        every, last = self.cfg.eval_every, self.cfg.num_server_rounds
+
+        def on_round(server_round: int, arrays: ArrayRecord, metrics: MetricRecord | None) -> None:
+            extra = {}
+            if every and server_round % every == 0 and server_round < last:
+                extra = evaluation_row(*self.run(arrays, server_round))
+            writer.on_round(server_round, arrays, metrics, **extra)
+
+        return on_round
 
 
 def initial_arrays(cfg: RunConfig, method: Method, pool: PoolInfo) -> ArrayRecord:
