@@ -338,17 +338,19 @@ class Protocol:
 
     # The paper's new-client generalization protocol (100 clients, Dir(0.5)): clients 0..49
     # clean, 50..99 corrupted as CIFAR-10S (one of the 50 corruption-severity pairs each); Phase 1
-    # trains on clients 0..44 only; Phase 2 personalizes and evaluates the unseen 45..99, i.e. 5
-    # clean clients and 5 per corruption. For N clients: the halves of N, the first 90% of the
-    # clean half train.
+    # trains on clients 0..44 only; Phase 2 personalizes every client and reports the new ones,
+    # 45..99 (5 clean clients and 5 per corruption), by type, beside the original clients 0..44
+    # (the paper's table rows). For N clients: the halves of N, the first 90% of the clean half
+    # train.
     def trains(self, partition_id: int) -> bool:
         """Whether the client takes part in Phase 1 (under `generalization`, only seen ones)."""
         if self.protocol == "generalization":
             return partition_id < (self.num_partitions // 2) * 9 // 10
         return True
 
-    def evaluated(self, partition_id: int) -> bool:
-        """Whether the client is personalized and evaluated in Phase 2 (unseen ones only)."""
+    def headline(self, partition_id: int) -> bool:
+        """Whether the client's accuracy enters `mean_accuracy` (under `generalization`, only
+        the new clients'; every client is personalized and evaluated)."""
         return self.protocol != "generalization" or not self.trains(partition_id)
 
     def pair(self, partition_id: int) -> tuple[str, int] | None:
@@ -360,7 +362,10 @@ class Protocol:
         return corruption_pair(self.corruption, partition_id)
 
     def client_type(self, partition_id: int) -> str:
-        """'clean' or the client's corruption: the groups of `accuracy_by_type`."""
+        """'original' (a client Phase 1 trained, under `generalization`), 'clean' or the
+        client's corruption: the groups of `accuracy_by_type`."""
+        if not self.headline(partition_id):
+            return "original"
         pair = self.pair(partition_id)
         return "clean" if pair is None else pair[0]
 

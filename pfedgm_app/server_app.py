@@ -21,7 +21,7 @@ from .data import PoolInfo, Protocol, load_pool, resolve_dataset
 from .federation import discover_clients, partition_ranks
 from .methods import Method, parse_run_config
 from .results import RunWriter, accuracy_by_type, evaluation_row
-from .strategies import PersonalizationResult, PersonalizedFedAvg, RoundHook
+from .strategies import PersonalizationResult, PersonalizedFedAvg, RoundHook, summarize
 
 app = ServerApp()
 
@@ -43,9 +43,7 @@ def main(grid: Grid, context: Context) -> None:
     protocol = Protocol.of(cfg, len(clients))
     ranks = partition_ranks(clients)  # the protocol's roles are by partition id
     trained = [node for node, pid in ranks.items() if protocol.trains(pid)]
-    evaluation = Evaluation(
-        grid, cfg, protocol, [n for n, p in ranks.items() if protocol.evaluated(p)]
-    )
+    evaluation = Evaluation(grid, cfg, protocol, ranks)
     strategy = build_strategy(cfg, method, ranks, evaluation.round_hook(writer), trained)
     evaluation.strategy = strategy
     initial = initial_arrays(cfg, method, pool)
@@ -69,28 +67,32 @@ def main(grid: Grid, context: Context) -> None:
 
 @dataclass
 class Evaluation:
-    """Phase 2 (each method's personalize round) on the protocol's evaluated clients: once after
-    training and, with `eval-every`, during it (the clients keep nothing of it)."""
+    """Phase 2 (each method's personalize round) on every client: once after training and,
+    with `eval-every`, during it (the clients keep nothing of it)."""
 
     grid: Grid
     cfg: RunConfig
     protocol: Protocol
-    nodes: list[int]
+    ranks: dict[int, int]  # node id -> partition id
     strategy: PersonalizedFedAvg | None = None
 
     def run(
         self, arrays: ArrayRecord, server_round: int = 0
     ) -> tuple[PersonalizationResult, dict[str, dict] | None]:
-        """The outcome, and its accuracy per client type (clean, each corruption) where the
-        protocol has corrupted clients."""
+        """The outcome (mean and std over the protocol's headline clients, rows of all), and
+        its accuracy per client type where the protocol has several types."""
         config = ConfigRecord({wire.ROUND: server_round} if server_round else {})
         outcome = self.strategy.personalize(
-            self.grid, arrays, config, self.cfg.round_timeout, self.nodes
+            self.grid, arrays, config, self.cfg.round_timeout, list(self.ranks)
         )
-        typed = self.protocol.protocol != "standard" or self.protocol.corruption != "none"
-        return outcome, accuracy_by_type(
-            outcome.clients, self.protocol.client_type
-        ) if typed else None
+        protocol, rows = self.protocol, outcome.clients
+        if protocol.protocol == "standard" and protocol.corruption == "none":
+            return outcome, None
+        headline = [r for r in rows if protocol.headline(int(r[wire.PARTITION_ID]))]
+        if len(headline) < len(rows):
+            summary = summarize(headline, wire.ACCURACY, wire.NUM_TEST, outcome.failures)
+            outcome = dataclasses.replace(summary, clients=rows)
+        return outcome, accuracy_by_type(rows, protocol.client_type)
 
     def round_hook(self, writer: RunWriter) -> RoundHook:
         """The strategy's `on_round`: evaluate every `eval-every` rounds (the last round's is

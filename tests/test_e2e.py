@@ -147,9 +147,10 @@ def test_cifar100s_runs_pfedgm_with_corrupted_clients(flower_env, tmp_path, cifa
 
 
 def test_generalization_protocol_trains_seen_clients_only(flower_env, tmp_path, cifar10):
-    """protocol=generalization through `flwr run`, 4 clients: client 0 (seen, clean) alone trains;
-    clients 1 (clean) and 2, 3 (CIFAR-10S) are personalized and evaluated by type; eval-every=1
-    adds round 1's evaluation to rounds.jsonl and the plot."""
+    """protocol=generalization through `flwr run`, 4 clients: client 0 (original, clean) alone
+    trains; every client is personalized, the new ones (1 clean, 2 and 3 CIFAR-10S) make the
+    headline accuracy, all are reported by type; eval-every=1 adds round 1's evaluation to
+    rounds.jsonl and the plot."""
     cfg = {**SMALL, "protocol": "generalization", "fraction-train": 0.6, "eval-every": 1}
     run = _run(flower_env, tmp_path, cifar10, 4, method="pfedgm", **cfg)
     assert run.ok, run.log[-3000:]
@@ -162,7 +163,12 @@ def test_generalization_protocol_trains_seen_clients_only(flower_env, tmp_path, 
     ] * 2
     assert "personalized-accuracy" in rounds[0] and "personalized-accuracy" not in rounds[1]
     with open(out / "clients.csv") as f:
-        assert sorted(int(float(c["partition-id"])) for c in csv.DictReader(f)) == [1, 2, 3]
+        clients = {int(float(c["partition-id"])): c for c in csv.DictReader(f)}
+    assert sorted(clients) == [0, 1, 2, 3]
     by_type = summary["accuracy_by_type"]
-    assert {k: v["clients"] for k, v in by_type.items()} == {"clean": 1, "motion_blur": 2}
+    assert {k: v["clients"] for k, v in by_type.items()} == {"original": 1, "clean": 1,
+                                                             "motion_blur": 2}  # fmt: skip
+    new = [float(clients[i]["accuracy"]) * float(clients[i]["num-test"]) for i in (1, 2, 3)]
+    tests = sum(float(clients[i]["num-test"]) for i in (1, 2, 3))
+    assert summary["mean_accuracy"] == pytest.approx(100 * sum(new) / tests)
     assert (out / "accuracy.png").stat().st_size > 1000
