@@ -135,12 +135,14 @@ def test_64px_data_runs_pfedgm_end_to_end(flower_env, tmp_path, tinyimagenet):
     assert weights["generator.features.11.weight"].shape == (512, 3136)
 
 
-def test_cifar100s_runs_pfedgm_with_corrupted_clients(flower_env, tmp_path, cifar100):
-    """CIFAR-100S (corruption=100C) through `flwr run`: 100 classes, clients 2j and 2j+1 share
-    a corruption pair, and the summary reports accuracy per corruption."""
-    cfg = {**SMALL, "fraction-train": 1.0, "corruption": "100C"}
-    run = _run(flower_env, tmp_path, cifar100, 4, method="pfedgm", **cfg)
+def test_cifar100s_preset_runs_pfedgm_with_corrupted_clients(flower_env, tmp_path, cifar100):
+    """CIFAR-100S through `flwr run` from the offline preset of its table cell, shortened by
+    key=value overrides: 100 classes, clients 2j and 2j+1 share a corruption pair, and the
+    summary reports accuracy per corruption."""
+    cfg = {**SMALL, "preset": "cifar100s-dir05-100c-offline", "fraction-train": 1.0}
+    run = run_app({**cfg, "output-dir": str(tmp_path / "out")}, 4, flower_env, timeout=900)
     summary = _check_outputs(run, "pfedgm", 4, 2)
+    assert summary["dataset"] == str(cifar100.resolve())  # shared:cifar100, found from the cwd
     assert torch.load(run.output_dir / "global_model.pt")["head.mu"].shape == (100, 128)
     assert summary["accuracy_by_type"].keys() == {"motion_blur"}  # pairs 0 and 1: severities 1, 2
     assert summary["accuracy_by_type"]["motion_blur"]["clients"] == 4
