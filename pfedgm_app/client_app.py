@@ -36,7 +36,7 @@ def _client(msg: Message, context: Context, purpose: str) -> tuple[int, ClientPl
     seed = zlib.crc32(f"{cfg.seed}/{server_round}/{pid}/{purpose}".encode())
     rng = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    run = ClientRun(cfg, data, ClientState(context.state), rng, device)
+    run = ClientRun(cfg, data, ClientState(context.state), rng, device, server_round=server_round)
     return pid, method.plugin(settings), run
 
 

@@ -90,6 +90,17 @@ class Model(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.dropout(self.generator(x)))
 
+    def part_keys(self, part: str) -> list[str]:
+        """state_dict keys of a part: `generator`, `head`, or `convolutions` (the generator's
+        convolution layers): what a method's `sends` names."""
+        if part == "convolutions":
+            convs = {f"generator.{n}." for n, m in self.generator.named_modules()
+                     if isinstance(m, nn.Conv2d)}  # fmt: skip
+            return [k for k in self.state_dict() if k[: k.rindex(".") + 1] in convs]
+        if part not in ("generator", "head"):
+            raise ValueError(f"unknown model part {part!r}")
+        return [k for k in self.state_dict() if k.split(".")[0] == part]
+
 
 def build_generator(image_shape: tuple[int, int, int]) -> ConvGenerator:
     """The backbone for an image shape (C, H, W)."""

@@ -7,6 +7,7 @@ import torch
 from pfedgm_app.config import RunConfig
 from pfedgm_app.data import ClientData
 from pfedgm_app.methods import ClientPlugin, ClientRun, ClientState, get_method
+from pfedgm_app.methods.base import KEPT
 
 SHAPE, K = (3, 32, 32), 4
 FAST = {"local-epochs": 1, "personal-epochs": 1, "finetune-epochs": 1}
@@ -138,25 +139,45 @@ def test_fedper_keeps_its_head_and_sends_the_body():
     assert not fresh.generator.features[0].weight.any()
 
 
-def test_lgfedavg_sends_only_the_head():
+def test_lgfedavg_shares_the_convolutions_and_keeps_the_fully_connected_layers():
+    """After the warm-up: the convolutions are sent, fc layers and head stay (the authors'
+    split); a fresh model gets the client's own fc layers back."""
     method, run, model, _, reply = _train_round("lgfedavg")
-    assert set(reply.arrays) == {"head.weight", "head.bias"}
+    convs = {f"generator.features.{i}.{p}" for i in (0, 3, 6) for p in ("weight", "bias")}
+    assert set(reply.arrays) == convs
     fresh = _model("lgfedavg")
     method.restore(fresh, run)
-    assert torch.equal(fresh.generator.features[0].weight, model.generator.features[0].weight)
+    assert torch.equal(fresh.generator.features[10].weight, model.generator.features[10].weight)
+    assert torch.equal(fresh.head.weight, model.head.weight)
 
 
-def test_fedbabu_never_changes_the_head_during_training():
+def test_lgfedavg_warms_up_as_fedavg_for_its_fraction_of_the_rounds():
+    """With 10 rounds and fraction 0.3: rounds 1..3 send every array and keep nothing, round 4
+    splits, starting from the FedAvg-trained local layers it received."""
+    sent = {}
+    for server_round in (3, 4):
+        run = _run(num_server_rounds=10)
+        run.server_round = server_round
+        method = plugin("lgfedavg", **{"lgfedavg-warmup-fraction": 0.3})
+        model = _model("lgfedavg")
+        sent[server_round] = set(method.train(model, run).arrays)
+        assert (KEPT in run.state) == (server_round == 4)
+    assert sent[3] == set(model.state_dict()) and sent[4] == set(model.part_keys("convolutions"))
+
+
+def test_fedbabu_never_changes_the_head_during_training_and_fine_tunes_the_whole_model():
     _, run, model, before, _ = _train_round("fedbabu")
     assert torch.equal(model.head.weight, before["head.weight"])
-    assert not torch.equal(
-        model.generator.features[0].weight, before["generator.features.0.weight"]
-    )
-    frozen_body = model.generator.features[0].weight.clone()
-    result = plugin("fedbabu").personalize(model, run)  # fine-tunes the head only
+    body = model.generator.features[0].weight.clone()
+    assert not torch.equal(body, before["generator.features.0.weight"])
+    result = plugin("fedbabu").personalize(model, run)  # the authors': body and head
     assert {"accuracy", "acc-global"} <= set(result)
     assert not torch.equal(model.head.weight, before["head.weight"])
-    assert torch.equal(model.generator.features[0].weight, frozen_body)
+    assert not torch.equal(model.generator.features[0].weight, body)
+    head_only = plugin("fedbabu", **{"finetune-part": "head"})
+    body = model.generator.features[0].weight.clone()
+    head_only.personalize(model, run)
+    assert torch.equal(model.generator.features[0].weight, body)
 
 
 def _personal_distance(mu):
@@ -187,8 +208,8 @@ def test_ditto_keeps_the_personal_model_local_and_sends_the_global():
     assert {"accuracy", "acc-global"} <= set(result)
 
 
-def test_fedrep_trains_head_then_body_and_keeps_the_head(monkeypatch):
-    """Head epochs with the body fixed, then body epochs with the head fixed; head stays local."""
+def _spy_epochs(monkeypatch) -> list:
+    """Record (parameter ids, epochs) of every `ClientRun.epochs` call."""
     calls = []
     original = ClientRun.epochs
 
@@ -198,13 +219,25 @@ def test_fedrep_trains_head_then_body_and_keeps_the_head(monkeypatch):
         return original(self, step, params, epochs, lr, after_step)
 
     monkeypatch.setattr(ClientRun, "epochs", spy)
+    return calls
+
+
+def test_fedrep_trains_head_then_body_keeps_the_head_and_refits_it_at_the_end(monkeypatch):
+    """Per round `fedrep-head-epochs` head epochs (body fixed), then `local-epochs` body epochs
+    (head fixed); the head stays local; the personalize round refits the head alone."""
+    calls = _spy_epochs(monkeypatch)
     run = _run(local_epochs=3)
-    method, model = plugin("fedrep"), _model("fedrep")
+    method = plugin("fedrep", **{"fedrep-head-epochs": 2, "fedrep-refit-epochs": 4})
+    model = _model("fedrep")
     reply = method.train(model, run)
     head = {id(p) for p in model.head.parameters()}
     body = {id(p) for p in model.generator.parameters()}
-    assert calls == [(head, 2), (body, 1)]
+    assert calls == [(head, 2), (body, 3)]
     assert set(reply.arrays) == set(model.state_dict()) - {"head.weight", "head.bias"}
+    body_before = model.generator.features[0].weight.clone()
+    result = method.personalize(model, run)
+    assert calls[2:] == [(head, 4)] and {"accuracy", "acc-global"} <= set(result)
+    assert torch.equal(model.generator.features[0].weight, body_before)
 
 
 def test_fedpac_sends_the_body_and_its_statistics_and_loads_its_combined_head():
@@ -254,7 +287,24 @@ def test_pfedme_sends_w_keeps_theta_and_theta_is_pulled_toward_w_as_lambda_grows
         assert metrics["pfedme-inner-grad-norm"] > 0
     assert distances[0] > distances[1] > distances[2] > 0
     result = method.personalize(model, run)
-    assert {"accuracy", "acc-global", "pfedme-inner-grad-norm"} <= set(result)
+    assert {"accuracy", "acc-local-model", "acc-global", "pfedme-inner-grad-norm"} <= set(result)
+
+
+def test_pfedme_local_work_as_r_mini_batches(monkeypatch):
+    """pfedme-local-batches=R: R inner problems per round (the authors' local work), whatever
+    the data size; 0: every batch of `local-epochs` epochs."""
+    import pfedgm_app.methods.pfedme as pfedme
+
+    calls = []
+    original = pfedme.moreau_step_
+    monkeypatch.setattr(
+        pfedme, "moreau_step_", lambda *a, **k: calls.append(1) or original(*a, **k)
+    )
+    for batches, inner, passes in ((3, 3, 150), (0, 2, 60)):  # 60 samples, batches of 50
+        calls.clear()
+        method = plugin("pfedme", **{"pfedme-local-batches": batches})
+        metrics = method.train(_model("pfedme"), _run()).metrics
+        assert (len(calls), metrics["sample-passes"]) == (inner, passes)
 
 
 def test_pfedme_outer_step_moves_w_toward_theta_by_eta_lambda():
@@ -297,7 +347,7 @@ def test_every_method_sends_what_it_declares_and_keeps_the_rest():
 
     for name, method in METHODS.items():
         _, run, model, _, reply = _train_round(name)
-        expect = {k for k in model.state_dict() if k.split(".")[0] in method.sends}
+        expect = {k for part in method.sends for k in model.part_keys(part)}
         assert set(reply.arrays) == expect, name
         kept = set(run.state.load(KEPT)) if KEPT in run.state else set()
         assert kept == set(model.state_dict()) - expect, name  # kept = exactly what is not sent

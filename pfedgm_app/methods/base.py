@@ -69,6 +69,7 @@ class ClientRun:
     rng: torch.Generator  # seeded per (seed, round, client, message)
     device: torch.device
     received: dict[str, torch.Tensor] = field(default_factory=dict)  # the server's extras
+    server_round: int = 0  # the round of a train message (0: the personalize round)
 
     def epochs(self, step, params, epochs: int, lr: float | None = None, after_step=None) -> dict:
         """The shared training loop with the run's optimizer settings."""

@@ -1,20 +1,35 @@
-"""FedAvg and the two baselines built from it with no new training code: FedAvgFT and Local."""
+"""FedAvg and the two baselines built from it with no new training code: FedAvgFT and Local.
+
+Reference: cj-mclaughlin/pFedFDA's baselines, `clients/client_fedavg.py: ClientFedAvg.train`,
+`clients/client_local.py: ClientLocal` and, for FedAvgFT, `servers/server_fedavg.py:
+ServerFedAvg.evaluate_personalized` (the global model trained `local_epochs` on each client
+before its evaluation; here `finetune-epochs`, 5 by default, the same).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import Settings, at_least
+from ..config import ConfigError, RunConfig, Settings, at_least
 from ..models import Model
-from ..training import supervised_step
+from ..training import frozen, supervised_step
 from .base import ClientPlugin, ClientRun, Method
 
 
 @dataclass(frozen=True)
 class FineTune(Settings):
-    """Local fine-tuning at the end (FedAvgFT: whole model; FedBABU: head)."""
+    """Local fine-tuning at the end (FedAvgFT, FedBABU): `finetune-epochs` of the whole model
+    (`finetune-part=model`) or of the head alone (`head`, the body frozen)."""
 
     finetune_epochs: int = at_least(0, 5)
+    finetune_part: str = "model"
+
+    def validate(self, run: RunConfig) -> None:
+        super().validate(run)
+        if self.finetune_part not in ("model", "head"):
+            raise ConfigError(
+                f"finetune-part must be 'model' or 'head', got {self.finetune_part!r}"
+            )
 
 
 class FedAvgClient(ClientPlugin):
@@ -25,9 +40,13 @@ class FedAvgFTClient(ClientPlugin):
     """FedAvg, then `finetune-epochs` (default 5) local epochs of the whole model per client."""
 
     def personalize(self, model: Model, run: ClientRun) -> dict:
-        global_acc = super().personalize(model, run)["accuracy"]
-        run.epochs(supervised_step(model), model.parameters(), self.settings.finetune_epochs)
-        return {**super().personalize(model, run), "acc-global": global_acc}
+        """Fine-tune (`FineTune`), then evaluate; `acc-global` is the model before it."""
+        global_acc = ClientPlugin.personalize(self, model, run)["accuracy"]
+        own = self.settings
+        tuned = model if own.finetune_part == "model" else model.head
+        with frozen(*([] if tuned is model else [model.generator])):
+            run.epochs(supervised_step(model), tuned.parameters(), own.finetune_epochs)
+        return {**ClientPlugin.personalize(self, model, run), "acc-global": global_acc}
 
 
 class LocalClient(ClientPlugin):

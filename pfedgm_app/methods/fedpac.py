@@ -8,7 +8,10 @@ class mean from the start of the round where the server has none; no alignment i
 round), and (4) sends the body (averaged by the server) plus, in the extras record, its head,
 its class means after training with their counts, and (V_i, H_i). The server combines the
 heads per client (`strategies.FedPAC`) and sends client i its combination with its next message.
-These are the settings of the authors' code (`JianXu95/FedPAC`, `LocalUpdate_FedPAC`).
+Reference: JianXu95/FedPAC, `methods/fedpac.py: LocalUpdate_FedPAC` (`statistics_extraction`,
+`local_training`) and `running.py: train_round_fedpac` with `tools.py: get_head_agg_weight`
+(the server's combination); these are its settings. Departure: the authors use lr 0.02 for the
+body on CIFAR; the paper's protocol fixes 0.01 for every method, kept here.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from ..models import Model
 from ..strategies import FedPAC
 from ..training import apply_batched, frozen, supervised_step
 from .base import ClientPlugin, ClientRun, Method, Reply
-from .split import head_keys
 
 
 def feature_statistics(
@@ -56,7 +58,7 @@ class FedPACSettings(Settings):
 
 class FedPACClient(ClientPlugin):
     def kept_keys(self, model: Model) -> list[str]:
-        return head_keys(model)
+        return model.part_keys("head")
 
     def train(self, model: Model, run: ClientRun) -> Reply:
         own, gen, head = self.settings, model.generator, model.head
@@ -85,7 +87,7 @@ class FedPACClient(ClientPlugin):
         protos, counts = class_means(apply_batched(gen, x), y, num_classes, local)
         weights = model.state_dict()
         extras = {
-            **{k: weights[k] for k in head_keys(model)},
+            **{k: weights[k] for k in model.part_keys("head")},
             wire.PROTOS: protos,
             wire.CLASS_COUNTS: counts,
             wire.VARIANCE: variance.reshape(1),

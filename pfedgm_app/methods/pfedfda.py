@@ -7,8 +7,11 @@ priors pi. Each round a client trains the body only, with the head derived from 
 training, interpolates them with the global ones, beta * local + (1 - beta) * global (one beta
 for the means, one for the covariance, chosen by `pfedfda-cv-folds`-fold cross-validation on
 its own features), and sends the body and the interpolated statistics; the server averages both
-by `num-examples` (`strategies.PFedFDA`). Settings follow the authors' code
-(`cj-mclaughlin/pFedFDA`, `ClientFedFDA`).
+by `num-examples` (`strategies.PFedFDA`).
+
+Reference: cj-mclaughlin/pFedFDA, `clients/client_fedfda.py: ClientFedFDA` (`train`,
+`solve_beta`, `update`) and `servers/server_fedfda.py: ServerFedFDA.aggregate_models`; the
+settings follow it.
 """
 
 from __future__ import annotations

@@ -9,6 +9,18 @@ stopping early once ||grad h|| <= `pfedme-tolerance`: the paper's delta-approxim
 then moves its local copy of the global model toward it, w <- w - eta * lambda * (w - theta)
 (the outer step, eta = `learning-rate`). Only w is sent; theta stays on the client. The server
 averages the w's (beta = 1).
+
+Reference: CharlieDinh/pFedMe, `FLAlgorithms/users/userpFedMe.py: UserpFedMe.train` and
+`FLAlgorithms/optimizers/fedoptimizer.py: pFedMeOptimizer.step`. Defaults: the paper's protocol
+where it fixes a value (lr 0.01, 5 local epochs, batch 50, lambda 5 as the paper tuned it; the
+authors' command has 15), the authors' CIFAR-10 command where it does not (K = 5, personal lr
+0.01). Their local work is R = 20 single mini-batches
+per round (`pfedme-local-batches=20`; here drawn from a seeded permutation, theirs from an
+unshuffled loader that continues across rounds). Their "personalized" accuracy evaluates, in
+effect, w_i after the local round (the optimizer returns the model's own parameters, which
+`update_parameters(local_model)` then overwrites; the repository's issue #5): both are reported,
+theta as `accuracy` (the paper), w_i as `acc-local-model` (the authors' code). Departures:
+their inner step also adds mu * theta (mu = 0.001), here the protocol's weight decay.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ class PFedMeSettings(Settings):
     inner_steps: int = at_least(1, 5)  # K
     personal_learning_rate: float = above(0, 0.01)
     tolerance: float = at_least(0, 0.0)  # ||grad h|| at which the inner solve stops early
+    local_batches: int = at_least(0, 0)  # R mini-batches per round; 0: `local-epochs` epochs
 
 
 def moreau_step_(
@@ -88,8 +101,9 @@ class PFedMeClient(ClientPlugin):
     """pFedMe client: per batch, the inner problem on theta, then the outer step on w.
 
     The personalize round runs this client update once more against the final global model on
-    every client and evaluates theta, as pFedMe's code does after its last round (there every
-    client trains in every round; here a fraction q does, so the final update is run here).
+    every client and evaluates theta (`accuracy`) and the updated w_i (`acc-local-model`), as
+    pFedMe's code does after its last round (there every client trains in every round; here a
+    fraction q does, so the final update is run here).
     """
 
     def train(self, model: Model, run: ClientRun) -> Reply:
@@ -102,6 +116,7 @@ class PFedMeClient(ClientPlugin):
         personal, metrics = self._client_update(model, run)
         return {
             "accuracy": accuracy(personal, run.data.x_test, run.data.y_test),
+            "acc-local-model": accuracy(model, run.data.x_test, run.data.y_test),  # w_i
             "acc-global": global_acc,
             "pfedme-inner-grad-norm": metrics["pfedme-inner-grad-norm"],
         }
@@ -133,7 +148,13 @@ class PFedMeClient(ClientPlugin):
 
         # Both updates happen inside `step`: the loop only batches (optimizer=None).
         x, y = run.data.x_train, run.data.y_train
-        metrics = run_epochs(step, x, y, None, cfg.local_epochs, cfg.batch_size, run.rng)
+        epochs = cfg.local_epochs
+        if own.local_batches:  # R mini-batches: one pass over R batches of a seeded draw
+            need = own.local_batches * cfg.batch_size
+            draws = torch.cat([torch.randperm(len(x), generator=run.rng)
+                               for _ in range(-(-need // len(x)))])[:need]  # fmt: skip
+            x, y, epochs = x[draws.to(x.device)], y[draws.to(y.device)], 1
+        metrics = run_epochs(step, x, y, None, epochs, cfg.batch_size, run.rng)
         metrics["pfedme-inner-grad-norm"] = sum(norms) / max(len(norms), 1)
         return personal, metrics
 
@@ -144,6 +165,6 @@ PFEDME = Method(
     "pFedMe (Dinh et al., NeurIPS 2020): per batch, the Moreau-envelope inner problem on the "
     "personal model theta (`pfedme-inner-steps` (5) steps at `pfedme-personal-learning-rate` "
     "(0.01), stopping at `pfedme-tolerance`), then w ← w − lr·`pfedme-lambda` (5.0)·(w − theta); "
-    "theta stays on the client and is what is evaluated",
+    "theta stays on the client and is what is evaluated (w_i too, as the authors' code does)",
     settings=PFedMeSettings,
 )

@@ -4,45 +4,81 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import ConfigError, RunConfig, Settings
+from ..config import ConfigError, RunConfig, Settings, at_least
 from ..models import Model
 from ..training import frozen, supervised_step
 from .base import ClientPlugin, ClientRun, Method, Reply
-from .fedavg import FineTune
-
-
-def head_keys(model: Model) -> list[str]:
-    return [k for k in model.state_dict() if k.startswith("head.")]
-
-
-def body_keys(model: Model) -> list[str]:
-    return [k for k in model.state_dict() if k.startswith("generator.")]
+from .fedavg import FedAvgFTClient, FineTune
 
 
 class FedPerClient(ClientPlugin):
     """FedPer (Arivazhagan et al., 2019): the body (base layers) is averaged, the head
     (personalization layers) stays on each client; both train together locally. A client is
     evaluated with its own head on the final global body.
+
+    Reference (no official code): PFLlib, `system/flcore/clients/clientper.py: clientPer`
+    (`set_parameters` copies the base only) and `servers/serverper.py: FedPer.receive_models`.
     """
 
     def kept_keys(self, model: Model) -> list[str]:
-        return head_keys(model)
+        return model.part_keys("head")
+
+
+@dataclass(frozen=True)
+class LGFedAvgSettings(Settings):
+    prefix = "lgfedavg"
+    warmup_fraction: float = 0.5  # of num-server-rounds run as FedAvg before the split
+
+    def validate(self, run: RunConfig) -> None:
+        if not 0 <= self.warmup_fraction < 1:
+            raise ConfigError(
+                f"lgfedavg-warmup-fraction must lie in [0, 1), got {self.warmup_fraction}"
+            )
+
+    def warm(self, run: ClientRun) -> bool:
+        """Whether this round is one of the FedAvg rounds before the split."""
+        warmup = int(self.warmup_fraction * run.cfg.num_server_rounds)
+        return 0 < run.server_round <= warmup
 
 
 class LGFedAvgClient(ClientPlugin):
-    """LG-FedAvg (Liang et al., 2020): local representation (the body stays on each client),
-    global head (averaged); both train together locally. Evaluated with the client's own body on
-    the final global head.
+    """LG-FedAvg (Liang et al., 2020): global convolution layers (averaged), local fully connected
+    layers (the rest of the generator and the head, never sent); both train together locally.
+    The first `lgfedavg-warmup-fraction` of the rounds are plain FedAvg (every layer global):
+    the split starts from a FedAvg-trained model. Evaluated with each client's own local layers
+    on the final global convolutions (a client never sampled after the split keeps the
+    FedAvg-trained ones).
+
+    Reference: pliang279/LG-FedAvg, `main_lg.py` (`w_glob_keys` = the last `num_layers_keep` = 2
+    entries of `CNNCifar.weight_keys`: conv1 and conv2; fc1, fc2, fc3 local) and its mandatory
+    `--load_fed` checkpoint of `main_fed.py` (the README: 1200 FedAvg rounds, then 200 LG
+    rounds). Departures: within the paper's fixed round budget, half the rounds warm up by
+    default; the authors pick each client's best round by its test accuracy, here the last
+    round is evaluated as for every method.
     """
 
     def kept_keys(self, model: Model) -> list[str]:
-        return body_keys(model)
+        shared = set(model.part_keys("convolutions"))
+        return [k for k in model.state_dict() if k not in shared]
+
+    def train(self, model: Model, run: ClientRun) -> Reply:
+        if self.settings.warm(run):  # FedAvg: nothing kept, everything sent
+            metrics = run.epochs(supervised_step(model), model.parameters(), run.cfg.local_epochs)
+            return Reply(dict(model.state_dict()), metrics, {})
+        return super().train(model, run)
 
 
 class FedBABUClient(ClientPlugin):
     """FedBABU (Oh et al., 2022): only the body is trained and averaged; the head keeps its random
-    initialization during federated training, and each client fine-tunes the head
+    initialization during federated training; at the end each client fine-tunes the whole model
     (`finetune-epochs`) on its data before evaluation.
+
+    Reference: jhoon-oh/FedBABU, `main_fed.py` (`local_upt_part='body'`, head lr 0) and the
+    personalization cell of `analysis.ipynb` (5 epochs of body and head); PFLlib's
+    `clientbabu.py: fine_tune` also tunes base and head (`finetune-part=head`: the head only).
+    Departure: the fine-tuning uses the protocol's SGD (lr 0.01, momentum 0.5, weight decay
+    5e-4), as FedAvgFT does, where the authors' notebook uses lr 1e-3, momentum 0.9, no weight
+    decay.
     """
 
     def train(self, model: Model, run: ClientRun) -> Reply:
@@ -52,44 +88,54 @@ class FedBABUClient(ClientPlugin):
             )
         return self.send(model, run, metrics)
 
-    def personalize(self, model: Model, run: ClientRun) -> dict:
-        global_acc = super().personalize(model, run)["accuracy"]
-        with frozen(model.generator):
-            step = supervised_step(model)
-            run.epochs(step, model.head.parameters(), self.settings.finetune_epochs)
-        return {**super().personalize(model, run), "acc-global": global_acc}
+    personalize = FedAvgFTClient.personalize
 
 
 @dataclass(frozen=True)
 class FedRepSettings(Settings):
-    prefix = "fedrep"
-    body_epochs: int = 1  # of the `local-epochs`; the others train the head
+    """FedRep's local schedule: `fedrep-head-epochs` head epochs, then `local-epochs` body
+    epochs, each round; `fedrep-refit-epochs` head epochs on the final body at the end."""
 
-    def validate(self, run: RunConfig) -> None:
-        if not 1 <= self.body_epochs <= run.local_epochs:
-            raise ConfigError(
-                f"fedrep-body-epochs must lie in [1, local-epochs={run.local_epochs}], "
-                f"got {self.body_epochs}"
-            )
+    prefix = "fedrep"
+    head_epochs: int = at_least(1, 1)  # PFLlib's plocal_epochs (the paper's cost, 1.03x FedAvg)
+    refit_epochs: int = at_least(0, 10)  # the authors' max(10, local_ep - local_rep_ep)
 
 
 class FedRepClient(ClientPlugin):
     """FedRep (Collins et al., 2021): each round, the client first trains its local head with the
-    received body fixed, then the body with the head fixed, and sends the body only; the head
-    never leaves the client. Of the `local-epochs`, the last `fedrep-body-epochs` (1, as in the
-    authors' code: `local_rep_ep`) train the body and the others the head.
+    received body fixed (`fedrep-head-epochs`), then the body with the head fixed
+    (`local-epochs`, the protocol's), and sends the body only; the head never leaves the client.
+    At the end every client refits its head on the final global body (`fedrep-refit-epochs`)
+    before evaluation.
+
+    Reference: lgcollins/FedRep, `models/Update.py: LocalUpdate.train` (head epochs first, then
+    `local_rep_ep` body epochs; `last=True`: head only for max(10, .) epochs) and
+    `main_fedrep.py` (a final round over every client). Defaults: the body gets the protocol's
+    5 epochs; the head 1 epoch per round, as PFLlib's `clientrep.py` (`plocal_epochs=1`), which
+    matches the paper's FedRep cost; the authors' CIFAR scripts run 10 head epochs
+    (`--local_ep 15 --local_rep_ep 5`): `fedrep-head-epochs=10`. Departure: the protocol's SGD
+    for both parts (the authors' momentum is 0.5 too, weight decay 1e-4 on weights only).
     """
 
     def kept_keys(self, model: Model) -> list[str]:
-        return head_keys(model)
+        return model.part_keys("head")
 
     def train(self, model: Model, run: ClientRun) -> Reply:
-        step, body_epochs = supervised_step(model), self.settings.body_epochs
-        with frozen(model.generator):
-            run.epochs(step, model.head.parameters(), run.cfg.local_epochs - body_epochs)
+        step = supervised_step(model)
+        self._train_head(model, run, self.settings.head_epochs)
         with frozen(model.head):
-            metrics = run.epochs(step, model.generator.parameters(), body_epochs)
+            metrics = run.epochs(step, model.generator.parameters(), run.cfg.local_epochs)
         return self.send(model, run, metrics)
+
+    def personalize(self, model: Model, run: ClientRun) -> dict:
+        global_acc = super().personalize(model, run)["accuracy"]  # its last head, the final body
+        self._train_head(model, run, self.settings.refit_epochs)
+        return {**super().personalize(model, run), "acc-global": global_acc}
+
+    @staticmethod
+    def _train_head(model: Model, run: ClientRun, epochs: int) -> None:
+        with frozen(model.generator):
+            run.epochs(supervised_step(model), model.head.parameters(), epochs)
 
 
 FEDPER = Method(
@@ -101,21 +147,24 @@ FEDPER = Method(
 LGFEDAVG = Method(
     "lgfedavg",
     LGFedAvgClient,
-    "LG-FedAvg (Liang et al., 2020): local body (never sent), global head",
-    sends=("head",),
+    "LG-FedAvg (Liang et al., 2020): after `lgfedavg-warmup-fraction` (0.5) of the rounds as "
+    "FedAvg, global convolution layers, local fully connected layers (never sent)",
+    settings=LGFedAvgSettings,
+    sends=("convolutions",),
 )
 FEDBABU = Method(
     "fedbabu",
     FedBABUClient,
     "FedBABU (Oh et al., ICLR 2022): body trained with the randomly initialized head fixed; "
-    "head fine-tuned `finetune-epochs` (5) per client at the end",
+    "the whole model fine-tuned `finetune-epochs` (5) per client at the end",
     settings=FineTune,
 )
 FEDREP = Method(
     "fedrep",
     FedRepClient,
-    "FedRep (Collins et al., ICML 2021): per round, head epochs with the body fixed, then "
-    "`fedrep-body-epochs` (1) body epochs with the head fixed; only the body is sent",
+    "FedRep (Collins et al., ICML 2021): per round, `fedrep-head-epochs` (1) head epochs with "
+    "the body fixed, then `local-epochs` body epochs with the head fixed; only the body is sent; "
+    "at the end each head refit `fedrep-refit-epochs` (10) on the final body",
     settings=FedRepSettings,
     sends=("generator",),
 )
