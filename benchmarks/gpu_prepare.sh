@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Run here, before `gpu_check.sh` on a lent GPU machine (no network there, torch but no Flower):
-# puts into the repo's ignored folders what that machine lacks, to be carried with the tree:
-#   .whl/      the app's wheels that its image does not hold (Python 3.12, x86-64)
-#   .gpudata/  CIFAR-10 from ../shared/data, re-compressed (zstd) to fit the transfer limit
+# Run here, before `gpu_check.sh` / `gpu_measure.sh` on a lent GPU machine (no network there,
+# torch but no Flower): puts into the repo's ignored folders what that machine lacks, to be
+# carried with the tree (64 MiB in all: .whl is 17 MiB, CIFAR-10 24, CIFAR-100 29,
+# TinyImageNet 39):
+#   .whl/              the app's wheels that its image does not hold (Python 3.12, x86-64)
+#   .gpudata/<name>/   each dataset named (default cifar10) from ../shared/data, re-compressed
+#                      (zstd); .gpudata/frost too (the frost textures of CIFAR-10S)
+#   bash benchmarks/gpu_prepare.sh cifar10 cifar100
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || printf '/.whl/\n/.gpudata/\n' >> .git/info/exclude
@@ -11,11 +15,14 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   -d .whl flwr==1.42.0 flwr-datasets==0.6.1 datasets==4.8.5 dill==0.4.1 multiprocess==0.70.19 \
   cryptography==50.0.2 cffi==2.1.1 pycparser==3.12 pycryptodome==3.24.1 grpcio==1.85.3 \
   grpcio-health-checking==1.81.1 protobuf==6.33.6 iterators==0.0.2 fsspec==2026.2.0
-mkdir -p .gpudata/cifar10
-python3 - <<'PY'
+mkdir -p .gpudata && cp -r ../shared/data/frost .gpudata/
+python3 - "${@:-cifar10}" <<'PY'
+import os, sys
 import pyarrow.parquet as pq
-for split in ("train", "test"):
-    table = pq.read_table(f"../shared/data/cifar10/{split}.parquet")
-    pq.write_table(table, f".gpudata/cifar10/{split}.parquet", compression="zstd")
+for name in sys.argv[1:]:
+    os.makedirs(f".gpudata/{name}", exist_ok=True)
+    for split in ("train", "test"):
+        table = pq.read_table(f"../shared/data/{name}/{split}.parquet")
+        pq.write_table(table, f".gpudata/{name}/{split}.parquet", compression="zstd")
 PY
-du -sh .whl .gpudata
+du -sh .whl .gpudata/*
