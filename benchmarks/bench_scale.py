@@ -1,11 +1,13 @@
 """Scale: 1000 simulated clients (the paper's EMNIST setting, MNIST as its offline stand-in)
 through `flwr run`, against 100 clients sampling as many per round.
 
-Both runs sample 30 clients per round (1000 x q=0.03 and 100 x q=0.3), batch 16, 5 local
-epochs, so their seconds per round should match if a round's cost follows the sampled clients
-and not the total. Prints, per run: seconds per round (after the first), seconds before round 1
-(every SuperNode reports its partition), Phase 2 seconds (every client personalizes), and the
-peak memory of the whole simulation (SuperLink, Ray and the ClientApps).
+Both runs sample 30 clients per round (1000 x q=0.03 and 100 x q=0.3), batch 16, 5 local epochs,
+and give each client the same number of images (`--per-client`, 70: MNIST's 70,000 over 1000
+clients; the 100-client run takes a seeded 7,000-image pool), so their seconds per round should
+match if a round's cost follows the sampled clients and not the total. Prints, per run: seconds
+per round (after the first), seconds before round 1 (every SuperNode reports its partition),
+Phase 2 seconds (every client personalizes), and the peak memory of the whole simulation
+(SuperLink, Ray and the ClientApps).
 
     python benchmarks/bench_scale.py                       # pFedGM, 3 rounds, Dir(0.5)
     python benchmarks/bench_scale.py --clients 1000 --rounds 2
@@ -38,6 +40,7 @@ def scale_run(clients: int, args: argparse.Namespace, env: dict, home: Path) -> 
         "fraction-train": SAMPLED / clients,
         "batch-size": 16,
         "min-train-samples": 10,
+        "pool-size": args.per_client * clients,
         "output-dir": str(out),
     }
     rss = PeakRss(home)
@@ -69,6 +72,7 @@ def main() -> None:
     parser.add_argument("--clients", default="100,1000", help="comma-separated client counts")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--alpha", type=float, default=0.5)
+    parser.add_argument("--per-client", type=int, default=70, help="pooled images per client")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="bench-scale-home-"))
