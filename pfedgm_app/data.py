@@ -7,7 +7,6 @@ simulation and a deployment with the same settings see the same clients.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import math
@@ -377,7 +376,9 @@ _CLIENTS: dict[tuple, ClientData] = {}
 def client_indices(protocol: Protocol) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train, test) pool indices of every client, cached per process."""
     pool = load_pool(protocol.dataset)
-    key = (pool.source, *dataclasses.astuple(protocol)[1:7])  # not the corruption: no effect
+    p = protocol  # the partition depends on these, not on the corruption or the roles
+    key = (pool.source, p.num_partitions, p.alpha, p.seed, p.min_train, p.test_fraction,
+           p.pool_size)  # fmt: skip
     if key not in _PARTITIONS:
         subset = np.arange(len(pool.dataset))
         if 0 < protocol.pool_size < len(subset):

@@ -42,11 +42,18 @@ class FedAvgFTClient(ClientPlugin):
     def personalize(self, model: Model, run: ClientRun) -> dict:
         """Fine-tune (`FineTune`), then evaluate; `acc-global` is the model before it."""
         global_acc = ClientPlugin.personalize(self, model, run)["accuracy"]
-        own = self.settings
-        tuned = model if own.finetune_part == "model" else model.head
-        with frozen(*([] if tuned is model else [model.generator])):
-            run.epochs(supervised_step(model), tuned.parameters(), own.finetune_epochs)
+        fine_tune(model, run, self.settings.finetune_epochs, self.settings.finetune_part)
         return {**ClientPlugin.personalize(self, model, run), "acc-global": global_acc}
+
+
+def fine_tune(model: Model, run: ClientRun, epochs: int, part: str = "model") -> None:
+    """`epochs` of cross-entropy on the whole model (`model`) or on the head alone (`head`,
+    the generator frozen): FedAvgFT's and FedBABU's fine-tuning, FedRep's head epochs."""
+    if part == "head":
+        with frozen(model.generator):
+            run.epochs(supervised_step(model), model.head.parameters(), epochs)
+    else:
+        run.epochs(supervised_step(model), model.parameters(), epochs)
 
 
 class LocalClient(ClientPlugin):

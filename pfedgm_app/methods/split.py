@@ -8,7 +8,7 @@ from ..config import ConfigError, RunConfig, Settings, at_least
 from ..models import Model
 from ..training import frozen, supervised_step
 from .base import ClientPlugin, ClientRun, Method, Reply
-from .fedavg import FedAvgFTClient, FineTune
+from .fedavg import FedAvgFTClient, FineTune, fine_tune
 
 
 class FedPerClient(ClientPlugin):
@@ -122,20 +122,15 @@ class FedRepClient(ClientPlugin):
 
     def train(self, model: Model, run: ClientRun) -> Reply:
         step = supervised_step(model)
-        self._train_head(model, run, self.settings.head_epochs)
+        fine_tune(model, run, self.settings.head_epochs, "head")
         with frozen(model.head):
             metrics = run.epochs(step, model.generator.parameters(), run.cfg.local_epochs)
         return self.send(model, run, metrics)
 
     def personalize(self, model: Model, run: ClientRun) -> dict:
         global_acc = super().personalize(model, run)["accuracy"]  # its last head, the final body
-        self._train_head(model, run, self.settings.refit_epochs)
+        fine_tune(model, run, self.settings.refit_epochs, "head")
         return {**super().personalize(model, run), "acc-global": global_acc}
-
-    @staticmethod
-    def _train_head(model: Model, run: ClientRun, epochs: int) -> None:
-        with frozen(model.generator):
-            run.epochs(supervised_step(model), model.head.parameters(), epochs)
 
 
 FEDPER = Method(
