@@ -4,6 +4,8 @@
 # with one; see README.md here). Results are packed into $OUT/results.tar.gz (one file: the
 # machine returns at most 8), logs into $OUT/measure.log. Data paths are relative to the repo:
 # prepare them here with gpu_prepare.sh and carry .whl and the .gpudata folders used.
+# MEASURE_TIMEOUT=<seconds> stops every run still going after that long (what finished is kept),
+# so the archive is written before the machine's per-command limit.
 #   bash benchmarks/gpu_measure.sh \
 #     "--methods fedrep --dataset .gpudata/cifar10 --alpha 0.1 --rounds 50 --out runs/dir01" \
 #     "--methods fedrep --dataset .gpudata/cifar10 --alpha 0.5 --rounds 50 --out runs/dir05"
@@ -22,7 +24,7 @@ i=0
 for args in "$@"; do
   i=$((i + 1))
   # shellcheck disable=SC2086  # each argument is a list of compare.py arguments
-  python3 benchmarks/compare.py --engine inprocess --client-threads "$threads" $args \
+  timeout "${MEASURE_TIMEOUT:-0}" python3 benchmarks/compare.py --engine inprocess --client-threads "$threads" $args \
     > "runs/run-$i.log" 2>&1 &
 done
 wait

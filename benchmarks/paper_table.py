@@ -106,6 +106,19 @@ def paired_gap(
     return gap, se
 
 
+def dataset_name(summary: dict) -> str:
+    """The dataset's short name: the last part of its path, hub id or `shared:` name."""
+    return str(summary.get("dataset", "?")).rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+
+
+def paper_reference(summary: dict) -> dict[str, dict[float, tuple[float, float]]]:
+    """The paper's CIFAR-10 figures when `summary` ran its standard CIFAR-10 protocol (no
+    corrupted clients), else none: other datasets' figures are not tabled here, and
+    comparing them with CIFAR-10's would mislead."""
+    plain = "accuracy_by_type" not in summary and summary.get("protocol", "standard") == "standard"
+    return PAPER_CIFAR10 if dataset_name(summary).lower() == "cifar10" and plain else {}
+
+
 def time_ratio(summaries: dict[str, dict], method: str, key: str = "seconds_total") -> float | None:
     """Wall time (`seconds_total`: training and personalization, as the paper's runtime table;
     or `seconds_per_round`: training only) relative to FedAvg's in the same comparison."""
@@ -121,11 +134,13 @@ def print_table(columns: dict[float, dict[str, dict]], margin: float = 1.0) -> N
     if first is None:
         print("no finished run")
         return
-    print(f"CIFAR-10, {first['num_clients']} clients, q={first['fraction_train']}, "
+    reference = paper_reference(first)
+    print(f"{dataset_name(first)}, {first['num_clients']} clients, q={first['fraction_train']}, "
           f"{first['rounds']} rounds; accuracy % = mean weighted by test size (std across "
           "clients); time = wall time (training + personalization) / FedAvg's, round = training "
           "seconds per round / FedAvg's, both in the same column")  # fmt: skip
-    print("paper = CIFAR-10 after 200 rounds; paper time = its runtime table (Dir(0.5))")
+    print("paper = CIFAR-10 after 200 rounds; paper time = its runtime table (Dir(0.5))"
+          if reference else "paper: only the standard CIFAR-10 protocol's figures are tabled here")  # fmt: skip
     head = f"{'method':10s}"
     for alpha in alphas:
         head += f" {'Dir(' + str(alpha) + ')':>14s} {'paper':>12s} {'time':>5s} {'round':>5s}"
@@ -136,7 +151,7 @@ def print_table(columns: dict[float, dict[str, dict]], margin: float = 1.0) -> N
         row, extras = f"{method:10s}", []
         for alpha in alphas:
             s = columns[alpha].get(method)
-            paper = PAPER_CIFAR10[method].get(alpha)
+            paper = reference.get(method, {}).get(alpha)
             paper_acc = f"{paper[0]:.2f} ({paper[1]})" if paper else "-"
             if s is None:
                 row += f" {'-':>14s} {paper_acc:>12s} {'-':>5s} {'-':>5s}"
@@ -147,12 +162,14 @@ def print_table(columns: dict[float, dict[str, dict]], margin: float = 1.0) -> N
                 row += f" {ratio:5.2f}" if ratio is not None else f" {'-':>5s}"
             abl = s.get("ablation_mean_accuracy", {})
             extras += [f"{alpha}: {k} {v:.2f}" for k, v in abl.items()]
-        t = PAPER_TIME.get(method)
+        t = PAPER_TIME.get(method) if reference else None
         row += f" {t / PAPER_TIME['fedavg']:10.2f}" if t else f" {'-':>10s}"
         print(row + "  " + ", ".join(extras))
     for alpha in alphas:
         ours = {m: s["mean_accuracy"] for m, s in columns[alpha].items()}
-        paper = {m: v[alpha][0] for m, v in PAPER_CIFAR10.items() if alpha in v}
+        paper = {m: v[alpha][0] for m, v in reference.items() if alpha in v}
+        if not paper:
+            continue
         departures = order_departures(ours, paper, margin)
         print(f"\nDir({alpha}): {len(departures)} pair(s) in the reverse of the paper's order "
               f"(paper gap > {margin} points)")  # fmt: skip

@@ -68,3 +68,21 @@ def test_paired_gap_matches_the_weighted_means_and_the_closed_form_standard_erro
     assert equal[1] == pytest.approx(
         (sum((i - 1.5) ** 2 for i in range(4)) / 4) ** 0.5 / 2
     )  # std/sqrt(n)
+
+
+def test_paper_figures_are_shown_only_beside_the_standard_cifar10_protocol(capsys):
+    cifar10 = {"dataset": "/data/cifar10", "num_clients": 100, "rounds": 30, "fraction_train": 0.3}
+    for summary, shown in [
+        (cifar10, True),
+        (cifar10 | {"dataset": "uoft-cs/cifar10"}, True),
+        (cifar10 | {"dataset": "shared:cifar10"}, True),
+        (cifar10 | {"dataset": "/data/cifar100"}, False),
+        (cifar10 | {"accuracy_by_type": {"frost": {}}}, False),  # CIFAR-10S
+        (cifar10 | {"protocol": "generalization"}, False),
+    ]:
+        assert bool(paper_table.paper_reference(summary)) is shown, summary
+        row = summary | {"dirichlet_alpha": 0.5, "mean_accuracy": 50.0, "std_accuracy": 1.0}
+        paper_table.print_table({0.5: {"pfedgm": row}})
+        out = capsys.readouterr().out
+        assert out.startswith(paper_table.dataset_name(summary) + ", 100 clients")
+        assert ("77.49 (7.1)" in out) is shown  # the paper's pFedGM at Dir(0.5)
