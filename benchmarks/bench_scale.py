@@ -11,6 +11,7 @@ Phase 2 seconds (every client personalizes), and the peak memory of the whole si
 
     python benchmarks/bench_scale.py                       # pFedGM, 3 rounds, Dir(0.5)
     python benchmarks/bench_scale.py --clients 1000 --rounds 2
+    python benchmarks/bench_scale.py --messages-in-flight 0   # Flower's way: all at once
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def scale_run(clients: int, args: argparse.Namespace, env: dict, home: Path) -> 
         "batch-size": 16,
         "min-train-samples": 10,
         "pool-size": args.per_client * clients,
+        "messages-in-flight": args.messages_in_flight,
         "output-dir": str(out),
     }
     rss = PeakRss(home)
@@ -73,6 +75,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--per-client", type=int, default=70, help="pooled images per client")
+    parser.add_argument(
+        "--messages-in-flight", type=int, default=4, help="the run-config key; 0: all at once"
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="bench-scale-home-"))
@@ -85,7 +90,8 @@ def main() -> None:
     finally:
         stop_local_superlink(home)
     print(f"{args.method}, {SAMPLED} clients per round, batch 16, 5 local epochs, "
-          f"Dir({args.alpha}), {args.rounds} rounds")  # fmt: skip
+          f"Dir({args.alpha}), {args.rounds} rounds, messages-in-flight="
+          f"{args.messages_in_flight}")  # fmt: skip
     for r in results:
         print(f"{r['clients']:5d} clients (q={r['q']:.2f}): {r['seconds_per_round']:.1f} s/round, "
               f"{r['seconds_before_round_1']:.0f} s before round 1, Phase 2 "

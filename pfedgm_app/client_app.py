@@ -10,13 +10,14 @@ from __future__ import annotations
 import zlib
 
 import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from . import wire
 from .data import Protocol, load_client_data
 from .methods import ClientPlugin, ClientRun, ClientState, parse_run_config
 from .models import Model
+from .replies import personalize_reply, received, train_reply
 from .training import pick_device, set_threads
 
 app = ClientApp()
@@ -31,7 +32,7 @@ def _client(msg: Message, context: Context, purpose: str) -> tuple[int, ClientPl
     dataset = str(node.get("dataset", cfg.dataset))  # a SuperNode may hold its own copy
     device = pick_device(cfg.device)
     data = load_client_data(Protocol.of(cfg, num, dataset), pid).to(device)
-    config = msg.content.config_records.get(wire.CONFIG, {})
+    config = msg.content.config_records.get(wire.CONFIG, {})  # query messages carry none
     server_round = int(config.get(wire.ROUND, 0))
     seed = zlib.crc32(f"{cfg.seed}/{server_round}/{pid}/{purpose}".encode())
     rng = torch.Generator().manual_seed(seed)
@@ -43,16 +44,12 @@ def _client(msg: Message, context: Context, purpose: str) -> tuple[int, ClientPl
 def _model(msg: Message, plugin: ClientPlugin, run: ClientRun) -> Model:
     """The received global model, with what this client kept, and the server's extras."""
     model = plugin.build_model(tuple(run.data.x_train.shape[1:]), run.data.num_classes)
-    model.load_state_dict(msg.content[wire.ARRAYS].to_torch_state_dict())
+    model.load_state_dict(received(msg)[0].to_torch_state_dict())
     plugin.restore(model, run)
     if wire.EXTRAS in msg.content:
         extras = msg.content[wire.EXTRAS].to_torch_state_dict()
         run.received = {k: v.to(run.device) for k, v in extras.items()}
     return model.to(run.device)
-
-
-def _arrays(tensors: dict[str, torch.Tensor]) -> ArrayRecord:
-    return ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()})
 
 
 def _sizes(run: ClientRun) -> dict[str, int]:
@@ -80,10 +77,7 @@ def train(msg: Message, context: Context) -> Message:
     model.train()
     reply = plugin.train(model, run)
     metrics = {**reply.metrics, wire.NUM_EXAMPLES: len(run.data.y_train)}
-    records = {wire.ARRAYS: _arrays(reply.arrays), wire.METRICS: MetricRecord(metrics)}
-    if reply.extras:
-        records[wire.EXTRAS] = _arrays(reply.extras)
-    return Message(RecordDict(records), reply_to=msg)
+    return train_reply(msg, reply.arrays, metrics, reply.extras)
 
 
 @app.train(wire.PERSONALIZE)
@@ -91,5 +85,4 @@ def personalize(msg: Message, context: Context) -> Message:
     """Final round on every client: personalize with the method's rule, evaluate on test."""
     pid, plugin, run = _client(msg, context, "personalize")
     metrics = plugin.personalize(_model(msg, plugin, run), run)
-    reply = MetricRecord({**metrics, **_sizes(run), wire.PARTITION_ID: pid})
-    return Message(RecordDict({wire.METRICS: reply}), reply_to=msg)
+    return personalize_reply(msg, {**metrics, **_sizes(run), wire.PARTITION_ID: pid})

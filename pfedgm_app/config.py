@@ -107,6 +107,7 @@ class RunConfig(Settings):
     client_threads: int = at_least(0, 0)
     node_wait_timeout: float = 120.0
     round_timeout: float = 3600.0
+    messages_in_flight: int = at_least(0, 0)  # WindowedGrid's window; 0: all at once
     output_dir: str = ""
 
     def validate(self, run: RunConfig | None = None) -> None:

@@ -21,7 +21,13 @@ from .data import PoolInfo, Protocol, load_pool, resolve_dataset
 from .federation import discover_clients, partition_ranks
 from .methods import Method, parse_run_config
 from .results import RunWriter, accuracy_by_type, evaluation_row
-from .strategies import PersonalizationResult, PersonalizedFedAvg, RoundHook, summarize
+from .strategies import (
+    PersonalizationResult,
+    PersonalizedFedAvg,
+    RoundHook,
+    WindowedGrid,
+    summarize,
+)
 
 app = ServerApp()
 
@@ -33,6 +39,8 @@ def main(grid: Grid, context: Context) -> None:
     try:  # every check before round 1: a bad run-config or federation ends the run here
         cfg, method, settings = parse_run_config(context.run_config)
         cfg = dataclasses.replace(cfg, dataset=resolve_dataset(cfg.dataset))
+        if cfg.messages_in_flight:  # every exchange below, `messages-in-flight` at a time
+            grid = WindowedGrid(grid, cfg.messages_in_flight)
         pool = load_pool(cfg.dataset)
         writer = RunWriter.create(cfg, started)
         clients = discover_clients(grid, cfg)

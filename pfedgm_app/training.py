@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -70,23 +70,42 @@ def run_epochs(
     statistics). With `optimizer=None` the step updates
     the weights itself (pFedMe's bi-level step) and its returned loss is only recorded.
     """
-    n = len(x)
+
+    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        order = torch.randperm(len(x), generator=rng).to(x.device)
+        for start in range(0, len(x), batch_size):
+            idx = order[start : start + batch_size]
+            yield x[idx], y[idx]
+
+    return run_batches(step, batches, optimizer, epochs, after_step)
+
+
+def run_batches(
+    step: Step,
+    batches: Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]],
+    optimizer: torch.optim.Optimizer | None,
+    epochs: int,
+    after_step: Callable[[], None] | None = None,
+    device: torch.device | None = None,
+) -> dict[str, float]:
+    """The loop of `run_epochs` over any batches: `batches()` gives one epoch's (x, y) pairs
+    (e.g. a DataLoader), moved to `device` if given."""
     total, passes = 0.0, 0
     for _ in range(epochs):
-        order = torch.randperm(n, generator=rng).to(x.device)
-        for start in range(0, n, batch_size):
-            idx = order[start : start + batch_size]
+        for xb, yb in batches():
+            if device is not None:
+                xb, yb = xb.to(device), yb.to(device)
             if optimizer is None:
-                loss = step(x[idx], y[idx])
+                loss = step(xb, yb)
             else:
                 optimizer.zero_grad(set_to_none=True)
-                loss = step(x[idx], y[idx])
+                loss = step(xb, yb)
                 loss.backward()
                 optimizer.step()
             if after_step is not None:
                 after_step()
-            total = total + loss.detach() * len(idx)  # no device-to-host sync per batch
-            passes += len(idx)
+            total = total + loss.detach() * len(yb)  # no device-to-host sync per batch
+            passes += len(yb)
     return {"loss": float(total) / max(passes, 1), "sample-passes": float(passes)}
 
 

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from flwr.supercore.task_identity import TaskIdentity
 
 from devtools.launch import offline_env, stop_local_superlink
 
@@ -46,3 +47,11 @@ def flower_env(tmp_path_factory):
     home = tmp_path_factory.mktemp("flwr-home")
     yield offline_env(home)
     stop_local_superlink(home)
+
+
+@pytest.fixture
+def task_identity():
+    """Messages can only be built inside a run; give this process an identity for the test."""
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    yield
+    TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None

@@ -28,10 +28,12 @@ def _clients(output_dir) -> list[dict]:
 @pytest.mark.e2e
 def test_inprocess_run_equals_flwr_run(flower_env, tmp_path, cifar10):
     """FedPAC (server extras, client state) through both drivers: identical per-client results,
-    so figures measured in process are the app's."""
+    so figures measured in process are the app's. The engine's run keeps one message in flight
+    at a time (`messages-in-flight=1`), which therefore changes no result either."""
     cfg = {**TINY, "method": "fedpac", "dataset": str(cifar10)}
     summary, _ = run_inprocess({**cfg, "output-dir": str(tmp_path / "inprocess")}, 4)
-    run = run_app({**cfg, "output-dir": str(tmp_path / "flwr")}, 4, flower_env, timeout=900)
+    windowed = {**cfg, "messages-in-flight": 1, "output-dir": str(tmp_path / "flwr")}
+    run = run_app(windowed, 4, flower_env, timeout=900)
     assert run.ok, run.log[-3000:]
     assert _clients(summary["output_dir"]) == _clients(run.output_dir)
 

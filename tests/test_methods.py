@@ -391,7 +391,7 @@ def test_inference_passes_run_without_dropout_and_restore_the_mode():
 
 def test_pfedgm_takes_r_c_on_z_before_dropout_and_h_after(monkeypatch):
     """Eq. (LossR) sees z; the navigator (H, cov_approx) sees dropout(z) (paper, Model Setup)."""
-    import pfedgm_app.methods.pfedgm as gm
+    import pfedgm_app.phases as gm  # the client phases the plug-in calls
 
     seen = {}
     real_r, real_h = gm.personalized_objective, gm.shared_objective

@@ -5,18 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
 from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.federation import discover_clients
 from pfedgm_app.strategies import PersonalizedFedAvg
 
-
-@pytest.fixture(autouse=True)
-def _task_identity():
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    yield
-    TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None
+pytestmark = pytest.mark.usefixtures("task_identity")  # Messages need a run identity
 
 
 class FakeGrid:
@@ -92,6 +86,12 @@ def test_personalize_asks_every_node_and_reports_failures():
     assert len(result.clients) == 2 and result.failures == ["node 3: boom"]
     # accuracies 0.5 (10 test samples) and 0.6 (11): test-size weighted mean
     assert result.mean_accuracy == pytest.approx(100 * (0.5 * 10 + 0.6 * 11) / 21)
+
+
+def test_a_personalize_round_nobody_answers_names_the_handler_to_add():
+    grid = FakeGrid({1: (0, 2), 2: (1, 2)}, failing=[1, 2])
+    with pytest.raises(RuntimeError, match=r'node 1: boom.*`@app.train\("personalize"\)`'):
+        PersonalizedFedAvg().personalize(grid, ArrayRecord(), ConfigRecord())
 
 
 def test_slow_query_replies_do_not_count_against_the_connection_wait():

@@ -5,17 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
 from pfedgm_app.strategies import PersonalizedFedAvg, PFedGM, merge_arrays, summarize
 
-
-@pytest.fixture(autouse=True)
-def _task_identity():
-    """Messages can only be built inside a run; give this process an identity."""
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    yield
-    TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None
+pytestmark = pytest.mark.usefixtures("task_identity")  # Messages need a run identity
 
 
 def _arrays(**values) -> ArrayRecord:

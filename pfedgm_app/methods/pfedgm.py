@@ -4,23 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from ..config import Settings, above, at_least
-from ..gaussian import (
-    GaussianHead,
-    PersonalizedHead,
-    class_means,
-    covariance_objective,
-    fine_tune_,
-    personalized_objective,
-    refine_biases_,
-    shared_objective,
-    update_prototypes_,
-)
+from ..gaussian import GaussianHead
 from ..models import Model, build_model
+from ..phases import personalize, train_round
 from ..strategies import PFedGM
-from ..training import accuracy, apply_batched, run_epochs
 from .base import ClientPlugin, ClientRun, Method, Reply
 
 
@@ -46,73 +34,44 @@ class PFedGMClient(ClientPlugin):
         return build_model(image_shape, lambda dim: GaussianHead(num_classes, dim))
 
     def train(self, model: Model, run: ClientRun) -> Reply:
-        """Phase 1 on client i in round r: E epochs of Eq. (main_loss) on phi and psi, i.e.
-        H(phi, psi, E) + lambda R_c(phi), plus Eq. (cov_approx) on nu in the same steps.
-        """
-        gen, head, lam = model.generator, model.head, self.settings.lambda_
-        x, y = run.data.x_train, run.data.y_train
-        # upsilon^r_{i,k} = E[z^r | y=k, c=i], computed exactly at the start of the round.
-        prototypes, counts = class_means(apply_batched(gen, x), y, head.mu.shape[0], head.mu)
-
-        def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-            z = gen(xb)
-            zd = model.dropout(z)  # the navigator's input; R_c takes z before dropout
-            loss = shared_objective(zd, yb, head) + lam * personalized_objective(z, yb, prototypes)
-            loss = loss + covariance_objective(zd, yb, head)  # reaches A only
-            update_prototypes_(prototypes, z, yb, counts)
-            return loss
-
-        # nu is a statistic, not a weight: no weight decay on it (decay would shrink the
-        # precision toward 0, i.e. inflate the variances, regardless of the data).
-        params = [
-            {"params": [*gen.parameters(), head.mu, head.b]},
-            {"params": [head.A], "weight_decay": 0.0},
-        ]
-        metrics = run.epochs(step, params, run.cfg.local_epochs, after_step=head.project_)
+        """Phase 1 on client i in round r: `phases.train_round` (Algorithm 1's client step)."""
+        cfg, own = run.cfg, self.settings
+        metrics = train_round(
+            model.generator,
+            model.head,
+            (run.data.x_train, run.data.y_train),
+            lam=own.lambda_,
+            epochs=cfg.local_epochs,
+            lr=cfg.learning_rate,
+            momentum=cfg.momentum,
+            weight_decay=cfg.weight_decay,
+            batch_size=cfg.batch_size,
+            rng=run.rng,
+            dropout=model.dropout,
+        )
         return self.send(model, run, metrics)
 
     def personalize(self, model: Model, run: ClientRun) -> dict:
-        """Phase 2: freeze phi*, fit the personalized head (Eq. LossC) by SGD, then refine its
-        biases with L-BFGS. Also reports the two ablation points of the paper's Table
-        (adaptation): the global heads with no adaptation and the head after fine-tuning only.
-        """
-        cfg, own, data, head = run.cfg, self.settings, run.data, model.head
-        z_train = apply_batched(model.generator, data.x_train)
-        z_test = apply_batched(model.generator, data.x_test)
-        # upsilon*_k = E[z | y=k] on the client; a class it never saw has no local evidence, so
-        # its prototype is the global mean mu*_k (the prior), which leaves zeta_k uninformative.
-        upsilon, _ = class_means(z_train, data.y_train, head.mu.shape[0], head.mu.detach())
-        ph = PersonalizedHead(head.mu, head.b, head.A, upsilon, own.lambda_)
-        result = {
-            "acc-global": accuracy(head, z_test, data.y_test),
-            "acc-global-cov": accuracy(head.covariance_logits, z_test, data.y_test),
-        }
-
-        def epochs(step, z, y, opt, n, after_step=None):
-            return run_epochs(step, z, y, opt, n, cfg.batch_size, run.rng, after_step)
-
-        with torch.enable_grad():
-            fine_tune_(
-                ph,
-                z_train,
-                data.y_train,
-                epochs,
-                own.personal_epochs,
-                own.personal_learning_rate,
-                cfg.momentum,
-                cfg.weight_decay,
-            )
-            result["acc-finetune"] = accuracy(ph, z_test, data.y_test)
-            if own.lbfgs_cycles:
-                refine_biases_(
-                    ph,
-                    z_train,
-                    data.y_train,
-                    own.lbfgs_learning_rate,
-                    own.lbfgs_max_iter,
-                    own.lbfgs_cycles,
-                )
-        result["accuracy"] = accuracy(ph, z_test, data.y_test)
+        """Phase 2: `phases.personalize` (personalized head by SGD on Eq. LossC, then L-BFGS
+        on its biases), with the paper's adaptation ablation points."""
+        cfg, own, data = run.cfg, self.settings, run.data
+        result = personalize(
+            model.generator,
+            model.head,
+            (data.x_train, data.y_train),
+            (data.x_test, data.y_test),
+            lam=own.lambda_,
+            epochs=own.personal_epochs,
+            lr=own.personal_learning_rate,
+            momentum=cfg.momentum,
+            weight_decay=cfg.weight_decay,
+            batch_size=cfg.batch_size,
+            lbfgs_lr=own.lbfgs_learning_rate,
+            lbfgs_max_iter=own.lbfgs_max_iter,
+            lbfgs_cycles=own.lbfgs_cycles,
+            rng=run.rng,
+        )
+        result.pop("num-test")  # the ClientApp reports the sizes
         return result
 
 

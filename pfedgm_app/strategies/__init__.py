@@ -11,6 +11,7 @@ from .personalized import (
 )
 from .pfedfda import PFedFDA
 from .pfedgm import PFedGM
+from .window import WindowedGrid
 
 __all__ = [
     "FedPAC",
@@ -19,6 +20,7 @@ __all__ = [
     "PersonalizationResult",
     "PersonalizedFedAvg",
     "RoundHook",
+    "WindowedGrid",
     "merge_arrays",
     "summarize",
     "wait_for_nodes",

@@ -215,6 +215,15 @@ class PersonalizedFedAvg(FedAvg):
         missing = len(nodes) - len(rows) - len(failures)
         if missing:
             failures.append(f"{missing} node(s) did not answer within {timeout}s")
+        if not rows:
+            kind, action = self.personalize_message_type.partition(".")[::2]
+            raise RuntimeError(
+                f"personalize round: no client answered ({'; '.join(failures[:3])}). Every "
+                f"ClientApp needs a handler for '{self.personalize_message_type}': "
+                f'`@app.{kind}("{action}")` returning '
+                "`pfedgm_app.replies.personalize_reply(msg, {'accuracy': a, 'num-test': n})` "
+                "with a in [0, 1] (see the README, 'Use pFedGM in your project')"
+            )
         return summarize(rows, self.accuracy_key, self.test_size_key, failures)
 
 

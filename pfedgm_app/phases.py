@@ -1,0 +1,160 @@
+"""pFedGM's two phases on a client, for any backbone and any data (torch only).
+
+    from pfedgm_app.gaussian import GaussianHead
+    from pfedgm_app.phases import personalize, train_round
+
+    head = GaussianHead(num_classes, dim)            # navigator psi (mu, b) and covariance nu (A)
+    metrics = train_round(backbone, head, trainloader)        # Phase 1: one round, in place
+    result = personalize(backbone, head, trainloader, testloader)  # Phase 2: accuracies
+
+`backbone` is the generator phi: any module mapping a batch of inputs to features z of shape
+(batch, dim). Data are either a pair of tensors `(x, y)`, shuffled into batches of `batch_size`
+by `rng` (what the app does), or any re-iterable of `(x, y)` batches such as a `DataLoader`,
+used as it comes each epoch. Batches are moved to the head's device. Defaults are the paper's
+(Sec. Training Setup). What leaves the client afterwards is the backbone's and the head's
+`state_dict()`; the prototypes upsilon and the personalized head never do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from .gaussian import (
+    GaussianHead,
+    PersonalizedHead,
+    class_means,
+    covariance_objective,
+    fine_tune_,
+    personalized_objective,
+    refine_biases_,
+    shared_objective,
+    update_prototypes_,
+)
+from .training import accuracy, apply_batched, evaluating, make_sgd, run_batches, run_epochs
+
+Data = tuple[torch.Tensor, torch.Tensor] | Iterable[tuple[torch.Tensor, torch.Tensor]]
+
+
+def _is_tensors(data: Data) -> bool:
+    return isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], torch.Tensor)
+
+
+@torch.no_grad()
+def features(generator: nn.Module, data: Data) -> tuple[torch.Tensor, torch.Tensor]:
+    """(z, y) of all of `data` under `generator` in eval mode (no dropout), on the device of
+    `generator`'s parameters."""
+    if _is_tensors(data):
+        return apply_batched(generator, data[0]), data[1]
+    device = next(generator.parameters()).device
+    with evaluating(generator):
+        pairs = [(generator(x.to(device)), y.to(device)) for x, y in data]
+    if not pairs:
+        raise ValueError("no batches in the data: a client needs at least one sample")
+    return torch.cat([z for z, _ in pairs]), torch.cat([y for _, y in pairs])
+
+
+def _epochs(data: Data, step, optimizer, epochs: int, batch_size: int, rng, after_step, device):
+    if _is_tensors(data):
+        x, y = data
+        return run_epochs(step, x, y, optimizer, epochs, batch_size, rng, after_step)
+    return run_batches(step, lambda: data, optimizer, epochs, after_step, device)
+
+
+def train_round(
+    generator: nn.Module,
+    head: GaussianHead,
+    data: Data,
+    *,
+    lam: float = 1.0,
+    epochs: int = 5,
+    lr: float = 0.01,
+    momentum: float = 0.5,
+    weight_decay: float = 5e-4,
+    batch_size: int = 50,
+    rng: torch.Generator | None = None,
+    dropout: nn.Module | None = None,
+) -> dict[str, float]:
+    """Phase 1 on client i in round r (Algorithm 1), in place on `generator` and `head`:
+    `epochs` epochs of Eq. (main_loss), H(phi, psi, E) + lam R_c(phi), on phi and psi, with
+    Eq. (cov_approx) on nu in the same steps.
+
+    The prototypes upsilon^r_{i,k} = E[z^r | y=k, c=i] are computed exactly at the start of the
+    round (a class absent here takes the navigator's mean mu_k) and updated by each step's batch
+    (Eq. proto_update). nu (A) gets no weight decay: it is a statistic, not a weight, and decay
+    would shrink the precision toward 0 whatever the data; after every step A is projected back
+    to positive values (`head.project_`). `dropout` (e.g. TinyImageNet's) sits between z and
+    the navigator; R_c takes z before it. Returns the mean loss and the sample-passes.
+    """
+    dropout = dropout if dropout is not None else nn.Identity()
+    generator.train(), dropout.train()
+    z, y = features(generator, data)
+    prototypes, counts = class_means(z, y, head.mu.shape[0], head.mu)
+
+    def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        z = generator(xb)
+        zd = dropout(z)  # the navigator's input
+        loss = shared_objective(zd, yb, head) + lam * personalized_objective(z, yb, prototypes)
+        loss = loss + covariance_objective(zd, yb, head)  # reaches A only
+        update_prototypes_(prototypes, z, yb, counts)
+        return loss
+
+    params = [
+        {"params": [*generator.parameters(), head.mu, head.b]},
+        {"params": [head.A], "weight_decay": 0.0},
+    ]
+    optimizer = make_sgd(params, lr, momentum, weight_decay)
+    device = head.mu.device
+    return _epochs(data, step, optimizer, epochs, batch_size, rng, head.project_, device)
+
+
+def personalize(
+    generator: nn.Module,
+    head: GaussianHead,
+    train: Data,
+    test: Data,
+    *,
+    lam: float = 1.0,
+    epochs: int = 5,
+    lr: float = 0.05,
+    momentum: float = 0.5,
+    weight_decay: float = 5e-4,
+    batch_size: int = 50,
+    lbfgs_lr: float = 0.05,
+    lbfgs_max_iter: int = 10,
+    lbfgs_cycles: int = 5,
+    rng: torch.Generator | None = None,
+) -> dict[str, float]:
+    """Phase 2 on a client: phi frozen, the personalized head (Eq. LossC) fitted by SGD on the
+    client's features (`epochs` at `lr`), then its biases refined by L-BFGS (`lbfgs_cycles`
+    cycles of `lbfgs_max_iter` iterations at `lbfgs_lr`; 0 cycles skips it). `generator` and
+    `head` are left as they were.
+
+    Returns fractions in [0, 1] on `test`: `accuracy` (the personalized head), and the paper's
+    adaptation ablation: `acc-global` (the global navigator alone), `acc-global-cov` (with the
+    global covariance), `acc-finetune` (after fine-tuning, before L-BFGS); and `num-test`.
+    """
+    z_train, y_train = features(generator, train)
+    z_test, y_test = features(generator, test)
+    # upsilon*_k = E[z | y=k] on the client; a class it never saw has no local evidence, so
+    # its prototype is the global mean mu*_k (the prior), which leaves zeta_k uninformative.
+    upsilon, _ = class_means(z_train, y_train, head.mu.shape[0], head.mu.detach())
+    ph = PersonalizedHead(head.mu, head.b, head.A, upsilon, lam)
+    result = {
+        "acc-global": accuracy(head, z_test, y_test),
+        "acc-global-cov": accuracy(head.covariance_logits, z_test, y_test),
+    }
+
+    def run(step, z, y, opt, n, after_step=None):
+        return run_epochs(step, z, y, opt, n, batch_size, rng, after_step)
+
+    with torch.enable_grad():
+        fine_tune_(ph, z_train, y_train, run, epochs, lr, momentum, weight_decay)
+        result["acc-finetune"] = accuracy(ph, z_test, y_test)
+        if lbfgs_cycles:
+            refine_biases_(ph, z_train, y_train, lbfgs_lr, lbfgs_max_iter, lbfgs_cycles)
+    result["accuracy"] = accuracy(ph, z_test, y_test)
+    result["num-test"] = float(len(y_test))
+    return result

@@ -1,0 +1,86 @@
+"""WindowedGrid: at most `window` messages unanswered at a time, the same replies as Flower's
+send_and_receive, the timeout, and refused pushes."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from flwr.app import Message, MessageType, RecordDict
+
+from pfedgm_app.strategies import WindowedGrid
+
+pytestmark = pytest.mark.usefixtures("task_identity")  # Messages need a run identity
+
+
+class FakeGrid:
+    """Answers each pushed message after `delay` pulls; records the peak unanswered count."""
+
+    def __init__(self, delay: int = 2, refuse: int | None = None) -> None:
+        self.delay, self.refuse = delay, refuse
+        self.ids = itertools.count()
+        self.unanswered: dict[str, list] = {}  # id -> [pulls left, message]
+        self.peak, self.pushed = 0, []
+
+    def get_node_ids(self):
+        return [1, 2, 3]
+
+    def push_messages(self, messages):
+        ids = []
+        for msg in messages:
+            if msg.metadata.dst_node_id == self.refuse:
+                ids.append(None)
+                continue
+            ids.append(mid := f"m{next(self.ids)}")
+            self.unanswered[mid] = [self.delay, msg]
+            self.pushed.append(msg.metadata.dst_node_id)
+        self.peak = max(self.peak, len(self.unanswered))
+        return ids
+
+    def pull_messages(self, message_ids):
+        replies = []
+        for mid in list(message_ids):
+            entry = self.unanswered[mid]
+            entry[0] -= 1
+            if entry[0] <= 0:
+                del self.unanswered[mid]
+                reply = Message(RecordDict(), reply_to=entry[1])
+                reply.metadata.__dict__["_reply_to_message_id"] = mid
+                replies.append(reply)
+        return replies
+
+    def send_and_receive(self, messages, *, timeout=None):
+        return ["unwindowed"]
+
+
+def _messages(nodes):
+    return [Message(RecordDict(), dst_node_id=n, message_type=MessageType.TRAIN) for n in nodes]
+
+
+@pytest.mark.parametrize("window", [1, 3, 7, 50])
+def test_keeps_at_most_window_in_flight_and_answers_every_message_in_order(window):
+    inner = FakeGrid()
+    grid = WindowedGrid(inner, window, poll_interval=0)
+    replies = list(grid.send_and_receive(_messages(range(20))))
+    assert inner.peak == min(window, 20)
+    assert inner.pushed == list(range(20))  # pushed in the given order
+    assert sorted(r.metadata.src_node_id for r in replies) == list(range(20))
+
+
+def test_window_zero_is_flowers_own_exchange():
+    assert WindowedGrid(FakeGrid(), 0).send_and_receive(_messages([1])) == ["unwindowed"]
+    with pytest.raises(ValueError, match="window must be >= 0"):
+        WindowedGrid(FakeGrid(), -1)
+
+
+def test_timeout_stops_the_exchange_and_a_refused_push_is_not_waited_for():
+    slow = WindowedGrid(FakeGrid(delay=10**9), 2, poll_interval=0.01)
+    assert list(slow.send_and_receive(_messages(range(5)), timeout=0.1)) == []
+    inner = FakeGrid(refuse=3)
+    replies = WindowedGrid(inner, 2, poll_interval=0).send_and_receive(_messages(range(6)))
+    assert sorted(r.metadata.src_node_id for r in replies) == [0, 1, 2, 4, 5]
+
+
+def test_delegates_everything_else():
+    inner = FakeGrid()
+    assert list(WindowedGrid(inner, 2).get_node_ids()) == [1, 2, 3]
