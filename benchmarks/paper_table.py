@@ -139,8 +139,10 @@ def print_table(columns: dict[float, dict[str, dict]], margin: float = 1.0) -> N
           f"{first['rounds']} rounds; accuracy % = mean weighted by test size (std across "
           "clients); time = wall time (training + personalization) / FedAvg's, round = training "
           "seconds per round / FedAvg's, both in the same column")  # fmt: skip
-    print("paper = CIFAR-10 after 200 rounds; paper time = its runtime table (Dir(0.5))"
-          if reference else "paper: only the standard CIFAR-10 protocol's figures are tabled here")  # fmt: skip
+    if reference:
+        print("paper = CIFAR-10 after 200 rounds; paper time = its runtime table (Dir(0.5))")
+    else:
+        print("paper: only the standard CIFAR-10 protocol's figures are tabled here")
     head = f"{'method':10s}"
     for alpha in alphas:
         head += f" {'Dir(' + str(alpha) + ')':>14s} {'paper':>12s} {'time':>5s} {'round':>5s}"

@@ -374,7 +374,19 @@ _CLIENTS: dict[tuple, ClientData] = {}
 
 
 def client_indices(protocol: Protocol) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(train, test) pool indices of every client, cached per process."""
+    """(train, test) pool indices of every client."""
+    return [client_split(protocol, pid) for pid in range(protocol.num_partitions)]
+
+
+def client_split(protocol: Protocol, partition_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) pool indices of one client; the partition is computed once per process,
+    and a client's split alone (loading one client costs the same with 100 or 1000 clients)."""
+    idx = _partition(protocol)[partition_id]
+    return split_train_test(idx, protocol.test_fraction, protocol.seed * 100_003 + partition_id)
+
+
+def _partition(protocol: Protocol) -> list[np.ndarray]:
+    """Pool indices of every client, cached per process."""
     pool = load_pool(protocol.dataset)
     p = protocol  # the partition depends on these, not on the corruption or the roles
     key = (pool.source, p.num_partitions, p.alpha, p.seed, p.min_train, p.test_fraction,
@@ -395,10 +407,7 @@ def client_indices(protocol: Protocol) -> list[tuple[np.ndarray, np.ndarray]]:
             pool.dataset.select(subset) if len(subset) < len(pool.dataset) else pool.dataset
         )
         _PARTITIONS[key] = [subset[idx] for idx in partitioner.partition_indices()]
-    return [
-        split_train_test(idx, protocol.test_fraction, protocol.seed * 100_003 + pid)
-        for pid, idx in enumerate(_PARTITIONS[key])
-    ]
+    return _PARTITIONS[key]
 
 
 def load_client_data(protocol: Protocol, partition_id: int) -> ClientData:
@@ -414,7 +423,7 @@ def load_client_data(protocol: Protocol, partition_id: int) -> ClientData:
             what = "protocol='generalization'" if protocol.protocol != "standard" else (
                 f"corruption={protocol.corruption!r}")  # fmt: skip
             raise ConfigError(f"{what} needs color images (it corrupts as CIFAR-10S does)")
-        parts, splits = [], client_indices(protocol)[partition_id]
+        parts, splits = [], client_split(protocol, partition_id)
         for split, indices in zip(("train", "test"), splits, strict=True):
             if pair is None:
                 x = pixels(pool, indices)
