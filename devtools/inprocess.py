@@ -32,10 +32,18 @@ HANDLERS = {
 }
 
 
-class InProcessGrid:
-    """A Grid whose SuperNodes are `Context`s in this process; records seconds per message type."""
+class RunStopped(Exception):
+    """Raised by an `InProcessGrid` told to stop: the ServerApp dies as if killed."""
 
-    def __init__(self, run_config: dict[str, Any], num_partitions: int) -> None:
+
+class InProcessGrid:
+    """A Grid whose SuperNodes are `Context`s in this process; records seconds per message type.
+    With `stop_after_rounds=k`, the (k+1)-th round's train messages raise `RunStopped`."""
+
+    def __init__(
+        self, run_config: dict[str, Any], num_partitions: int, stop_after_rounds: int | None = None
+    ) -> None:
+        self.stop_after_rounds = stop_after_rounds
         self.contexts = {
             node: Context(
                 1,
@@ -64,6 +72,8 @@ class InProcessGrid:
         replies, spent, passes = [], 0.0, 0.0
         messages = list(messages)
         kind = messages[0].metadata.message_type if messages else ""
+        if kind == MessageType.TRAIN and len(self.rounds) == self.stop_after_rounds:
+            raise RunStopped(f"stopped after round {self.stop_after_rounds}")
         self.starts.append((kind, time.perf_counter()))
         for msg in messages:
             start = time.perf_counter()
@@ -79,13 +89,16 @@ class InProcessGrid:
         return replies
 
 
-def run_inprocess(overrides: dict[str, Any], num_partitions: int) -> tuple[dict, InProcessGrid]:
+def run_inprocess(
+    overrides: dict[str, Any], num_partitions: int, stop_after_rounds: int | None = None
+) -> tuple[dict, InProcessGrid]:
     """Run the ServerApp's `main` over `num_partitions` in-process SuperNodes; returns the
-    `summary.json` it wrote and the grid (for its timings). Defaults are the app's own."""
+    `summary.json` it wrote and the grid (for its timings). Defaults are the app's own.
+    `stop_after_rounds=k` kills the run (`RunStopped`) when round k+1 would start."""
     run_config = {**run_config_keys(), **overrides}
     if not run_config.get("output-dir"):
         run_config["output-dir"] = tempfile.mkdtemp(prefix="pfedgm-inprocess-")
-    grid = InProcessGrid(run_config, num_partitions)
+    grid = InProcessGrid(run_config, num_partitions, stop_after_rounds)
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
     try:
         server_app.main(grid, Context(1, 0, {}, RecordDict(), run_config))

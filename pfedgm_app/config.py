@@ -108,6 +108,7 @@ class RunConfig(Settings):
     node_wait_timeout: float = 120.0
     round_timeout: float = 3600.0
     messages_in_flight: int = at_least(0, 0)  # WindowedGrid's window; 0: all at once
+    resume: bool = False  # continue the run in output-dir from its last checkpoint
     output_dir: str = ""
 
     def validate(self, run: RunConfig | None = None) -> None:
@@ -137,7 +138,11 @@ class RunConfig(Settings):
 
 def _coerce(key: str, value: Any, kind: type) -> Any:
     """Accept TOML's natural spellings (1 for 1.0) but reject a wrong kind with the key named."""
-    if kind is bool or isinstance(value, bool):
+    if kind is bool:  # TOML's true/false; the strings "true"/"false" as a CLI may give them
+        if isinstance(value, bool) or str(value).lower() in ("true", "false"):
+            return value if isinstance(value, bool) else str(value).lower() == "true"
+        raise ConfigError(f"{key} must be true or false, got {value!r}")
+    if isinstance(value, bool):
         raise ConfigError(f"{key}: booleans are not accepted here, got {value!r}")
     try:
         if kind is int:

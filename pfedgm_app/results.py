@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -16,12 +17,14 @@ from typing import Any
 
 import flwr
 import torch
-from flwr.app import ArrayRecord, MetricRecord
+from flwr.app import Array, ArrayRecord, MetricRecord
 from flwr.common import log
 
 from . import wire
 from .config import ConfigError, RunConfig, Settings
 from .strategies import PersonalizationResult, summarize
+
+CHECKPOINT = "checkpoint.pt"
 
 
 class RunWriter:
@@ -32,6 +35,8 @@ class RunWriter:
     def __init__(self, run_dir: Path, started: float | None = None) -> None:
         self.run_dir = run_dir
         self.times = {"started": time.time() if started is None else started}
+        self.rounds_run = 0  # rounds trained in this sitting (fewer than all when resumed)
+        self.resumed_after = 0  # rounds of an earlier sitting (`resume`)
 
     @classmethod
     def create(cls, cfg: RunConfig, started: float | None = None) -> RunWriter:
@@ -42,6 +47,8 @@ class RunWriter:
         """
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(cfg.output_dir or f"outputs/{stamp}-{cfg.method}").expanduser().resolve()
+        if cfg.resume:
+            return cls._resumed(run_dir, started)
         if (run_dir / "summary.json").exists():
             raise ConfigError(
                 f"output-dir {run_dir} already holds a finished run (summary.json); "
@@ -58,6 +65,44 @@ class RunWriter:
         except OSError as exc:
             raise ConfigError(f"cannot prepare output-dir {run_dir}: {exc}") from exc
         return cls(run_dir, started)
+
+    @classmethod
+    def _resumed(cls, run_dir: Path, started: float | None) -> RunWriter:
+        """The stopped run in `run_dir`, to continue: its checkpoint must be there."""
+        if not (run_dir / CHECKPOINT).exists():
+            raise ConfigError(
+                f"resume=true but {run_dir} holds no {CHECKPOINT}: give the output-dir of a "
+                "stopped run (it writes one after every round), or drop resume"
+            )
+        if (run_dir / "summary.json").exists():
+            raise ConfigError(f"resume=true but the run in {run_dir} finished (summary.json)")
+        return cls(run_dir, started)
+
+    def save_checkpoint(self, server_round: int, arrays: ArrayRecord, strategy: dict) -> Path:
+        """`checkpoint.pt` after `server_round`: the global arrays and the strategy's state,
+        written to a temporary file and renamed, so a kill leaves the previous one whole."""
+        path, tmp = self.run_dir / CHECKPOINT, self.run_dir / (CHECKPOINT + ".tmp")
+        payload = {"round": server_round, "strategy": strategy,
+                   "arrays": {k: v.numpy() for k, v in arrays.items()}}  # fmt: skip
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+        return path
+
+    def load_checkpoint(self) -> tuple[int, ArrayRecord, dict]:
+        """(rounds done, global arrays, strategy state) of the last checkpoint; `rounds.jsonl`
+        is cut back to those rounds (a round logged after the checkpoint is run again)."""
+        try:  # our own file: numpy arrays and the RNG state are pickled
+            payload = torch.load(self.run_dir / CHECKPOINT, weights_only=False)
+        except Exception as exc:  # noqa: BLE001 (any unreadable file: one clear message)
+            raise ConfigError(f"cannot read {self.run_dir / CHECKPOINT}: {exc}") from exc
+        done = int(payload["round"])
+        rounds = self.run_dir / "rounds.jsonl"
+        if rounds.exists():
+            kept = [r for r in rounds.read_text().splitlines() if json.loads(r)["round"] <= done]
+            rounds.write_text("".join(line + "\n" for line in kept))
+        arrays = ArrayRecord({k: Array(v) for k, v in payload["arrays"].items()})
+        log(INFO, "pFedGM app: resuming %s after round %d", self.run_dir, done)
+        return done, arrays, payload["strategy"]
 
     def write_json(self, name: str, payload: Any) -> Path:
         path = self.run_dir / name
@@ -86,6 +131,7 @@ class RunWriter:
     ) -> None:
         """A strategy's `on_round` hook: one line of `rounds.jsonl` with the round's seconds
         (training and aggregation; an evaluation of the round, in `extra`, is not counted)."""
+        self.rounds_run += 1
         now = time.time()
         last = self.times.get("round", self.times.get("rounds", now))
         self.append_round(server_round, metrics, seconds=now - last, **extra)
@@ -136,12 +182,14 @@ class RunWriter:
             "failures": outcome.failures,
             "seconds_total": t["finished"] - t["started"],
             "seconds_training": t["trained"] - t["started"],
-            "seconds_per_round": (t["trained"] - t["rounds"]) / cfg.num_server_rounds,
+            "seconds_per_round": (t["trained"] - t["rounds"]) / max(self.rounds_run, 1),
             "seconds_personalize": t["finished"] - t["trained"],
             "output_dir": str(self.run_dir),
         }
         if cfg.protocol != "standard":
             summary["protocol"] = cfg.protocol
+        if self.resumed_after:  # the seconds above are this sitting's
+            summary["resumed_after_round"] = self.resumed_after
         if by_type:
             summary["accuracy_by_type"] = by_type
         self.write_json("summary.json", summary)

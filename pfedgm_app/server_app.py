@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from logging import ERROR
+from logging import ERROR, WARNING
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
@@ -55,13 +55,15 @@ def main(grid: Grid, context: Context) -> None:
     strategy = build_strategy(cfg, method, ranks, evaluation.round_hook(writer), trained)
     evaluation.strategy = strategy
     initial = initial_arrays(cfg, method, pool)
+    if cfg.resume:
+        initial = resume(writer, strategy, method, initial)
 
     # Phase 1: global collaborative training (Algorithm 1, or the baseline's rounds)
     writer.mark("rounds")
     result = strategy.start(
         grid=grid,
         initial_arrays=initial,
-        num_rounds=cfg.num_server_rounds,
+        num_rounds=cfg.num_server_rounds - strategy.completed_rounds,
         timeout=cfg.round_timeout,
         train_config=ConfigRecord(),
     )
@@ -104,7 +106,8 @@ class Evaluation:
 
     def round_hook(self, writer: RunWriter) -> RoundHook:
         """The strategy's `on_round`: evaluate every `eval-every` rounds (the last round's is
-        the final Phase 2), then write the round's line of `rounds.jsonl`."""
+        the final Phase 2), write the round's line of `rounds.jsonl`, then the checkpoint a
+        stopped run resumes from (`resume`)."""
         every, last = self.cfg.eval_every, self.cfg.num_server_rounds
 
         def on_round(server_round: int, arrays: ArrayRecord, metrics: MetricRecord | None) -> None:
@@ -112,8 +115,25 @@ class Evaluation:
             if every and server_round % every == 0 and server_round < last:
                 extra = evaluation_row(*self.run(arrays, server_round))
             writer.on_round(server_round, arrays, metrics, **extra)
+            writer.save_checkpoint(server_round, arrays, self.strategy.state())
 
         return on_round
+
+
+def resume(
+    writer: RunWriter, strategy: PersonalizedFedAvg, method: Method, initial: ArrayRecord
+) -> ArrayRecord:
+    """The global arrays and the strategy's state of the stopped run's last checkpoint."""
+    done, arrays, state = writer.load_checkpoint()
+    if sorted(arrays) != sorted(initial):
+        raise ConfigError("the checkpoint's arrays are another model's: same method and dataset?")
+    strategy.load_state(state, done)
+    writer.resumed_after = done
+    if method.keeps_state:
+        log(WARNING, "pFedGM app: %s keeps arrays on its clients; a new run's clients "
+            "start without them, so the resumed run differs from an uninterrupted one",
+            method.name)  # fmt: skip
+    return arrays
 
 
 def initial_arrays(cfg: RunConfig, method: Method, pool: PoolInfo) -> ArrayRecord:

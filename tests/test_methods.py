@@ -351,6 +351,8 @@ def test_every_method_sends_what_it_declares_and_keeps_the_rest():
         assert set(reply.arrays) == expect, name
         kept = set(run.state.load(KEPT)) if KEPT in run.state else set()
         assert kept == set(model.state_dict()) - expect, name  # kept = exactly what is not sent
+        # what a resumed run warns about: arrays its new clients will not have
+        assert bool(len(run.state.records)) == method.keeps_state, name
 
 
 def test_tinyimagenet_cnn_has_dropout_before_each_of_the_last_two_fc_layers():

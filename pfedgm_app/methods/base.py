@@ -126,7 +126,8 @@ class Method:
     """A method, declared once: its `method` key, its client plug-in, a one-line summary, its
     server strategy (any `PersonalizedFedAvg`), its own hyperparameters, and the model parts
     whose arrays leave the client in a train reply (`sends`; the tests check the plug-in
-    against it; the README's table shows it).
+    against it; the README's table shows it), and whether its clients keep arrays between
+    rounds (`keeps_state`, checked too: a resumed run's new clients start without them).
     """
 
     name: str
@@ -135,6 +136,7 @@ class Method:
     strategy: type[PersonalizedFedAvg] = PersonalizedFedAvg
     settings: type[Settings] = NoSettings
     sends: tuple[str, ...] = ("generator", "head")
+    keeps_state: bool = False  # arrays kept on the clients between rounds (`ClientState`)
 
     def plugin(self, settings: Settings | None = None) -> ClientPlugin:
         """The client plug-in with `settings` (this method's defaults if None)."""

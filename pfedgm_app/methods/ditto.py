@@ -70,4 +70,5 @@ DITTO = Method(
     "Ditto (Li et al., ICML 2021): FedAvg global model + a personal model trained with the "
     "proximal term mu/2 ‖v − w‖² (`ditto-mu`, 1.0); evaluated with the personal model",
     settings=DittoSettings,
+    keeps_state=True,
 )

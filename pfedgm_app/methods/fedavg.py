@@ -83,4 +83,5 @@ LOCAL = Method(
     LocalClient,
     "no communication: each client trains its own model `local-epochs` whenever sampled",
     sends=(),
+    keeps_state=True,
 )

@@ -118,4 +118,5 @@ FEDPAC = Method(
     strategy=FedPAC,
     settings=FedPACSettings,
     sends=("generator",),  # the head goes in the extras, to be combined, never averaged
+    keeps_state=True,
 )

@@ -167,4 +167,5 @@ PFEDME = Method(
     "(0.01), stopping at `pfedme-tolerance`), then w ← w − lr·`pfedme-lambda` (5.0)·(w − theta); "
     "theta stays on the client and is what is evaluated (w_i too, as the authors' code does)",
     settings=PFedMeSettings,
+    keeps_state=True,
 )

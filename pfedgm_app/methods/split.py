@@ -138,6 +138,7 @@ FEDPER = Method(
     FedPerClient,
     "FedPer (Arivazhagan et al., 2019): global body, local head (never sent)",
     sends=("generator",),
+    keeps_state=True,
 )
 LGFEDAVG = Method(
     "lgfedavg",
@@ -146,6 +147,7 @@ LGFEDAVG = Method(
     "FedAvg, global convolution layers, local fully connected layers (never sent)",
     settings=LGFedAvgSettings,
     sends=("convolutions",),
+    keeps_state=True,
 )
 FEDBABU = Method(
     "fedbabu",
@@ -162,4 +164,5 @@ FEDREP = Method(
     "at the end each head refit `fedrep-refit-epochs` (10) on the final body",
     settings=FedRepSettings,
     sends=("generator",),
+    keeps_state=True,
 )

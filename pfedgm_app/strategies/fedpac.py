@@ -11,7 +11,8 @@ trained, the head combined for it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
@@ -94,6 +95,20 @@ class FedPAC(PersonalizedFedAvg):
         self.protos_count: np.ndarray | None = None
         self.heads: dict[int, dict[str, np.ndarray]] = {}
         self.last_weights: dict[int, dict[int, float]] = {}  # node -> {node: alpha}, for logs
+
+    def state(self) -> dict[str, Any]:
+        """The global prototypes and each client's combined head (by its rank), with the
+        sampling state."""
+        rank = (lambda n: n) if self.node_ranks is None else self.node_ranks.__getitem__
+        heads = {rank(n): h for n, h in self.heads.items()}
+        return {**super().state(), "protos": self.global_protos,
+                "protos-count": self.protos_count, "heads": heads}  # fmt: skip
+
+    def load_state(self, state: Mapping[str, Any], completed_rounds: int) -> None:
+        super().load_state(state, completed_rounds)
+        self.global_protos, self.protos_count = state["protos"], state["protos-count"]
+        node = {r: n for n, r in (self.node_ranks or {}).items()}
+        self.heads = {node.get(r, r): h for r, h in state["heads"].items()}
 
     def extras_for(self, node_id: int) -> ArrayRecord | None:
         arrays: dict[str, np.ndarray] = dict(self.heads.get(node_id, {}))

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
+from typing import Any
 
 import numpy as np
 from flwr.app import (
@@ -97,11 +98,27 @@ class PersonalizedFedAvg(FedAvg):
         # aggregate_train sees only the replies; the arrays sent in each round are what a key
         # no client returns keeps (keyed by round, so hook order across rounds does not matter).
         self.sent_arrays: dict[int, ArrayRecord] = {}
+        self.completed_rounds = 0  # rounds done before this `start` (a resumed run)
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint must hold, besides the global arrays and the rounds done, to
+        continue these rounds as if never stopped: the client-sampling RNG. Subclasses with state of
+        their own extend it (numpy arrays and picklable values; per-client entries by
+        `node_ranks`, since a resumed run's nodes get new ids)."""
+        return {"rng": self.rng.getstate()}
+
+    def load_state(self, state: Mapping[str, Any], completed_rounds: int) -> None:
+        """Continue from `state` (`state()` of a stopped run after `completed_rounds` rounds):
+        the next `start` runs rounds `completed_rounds + 1, ...` (pass it the rounds left)."""
+        self.rng.setstate(state["rng"])
+        self.completed_rounds = completed_rounds
 
     # -- training rounds ----------------------------------------------------------------------
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
+        server_round += self.completed_rounds  # Flower's `start` counts from 1 each time
         if self.fraction_train == 0.0:
             return []
         self.sent_arrays[server_round] = arrays
@@ -159,6 +176,7 @@ class PersonalizedFedAvg(FedAvg):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        server_round += self.completed_rounds
         current = self.sent_arrays.pop(server_round, None)
         kept = []  # error replies stay in: FedAvg logs and skips them
         extras: dict[int, tuple[float, ArrayRecord]] = {}
