@@ -48,6 +48,35 @@ def test_non_finite_update_is_dropped_and_the_round_goes_on():
     assert arrays is None
 
 
+@pytest.mark.parametrize(
+    "reply, reason",
+    [
+        (_arrays(w=[1.0, 1.0], extra=[1.0]), "keys the model does not have: ['extra']"),
+        (_arrays(w=[1.0, 1.0, 1.0]), "'w' is float32 (3,), the model's is float32 (2,)"),
+        (ArrayRecord({"w": Array(np.ones(2, dtype=np.float64))}), "'w' is float64 (2,)"),
+    ],
+)
+def test_malformed_updates_are_dropped_naming_the_node(caplog, reply, reason):
+    """Each kind of bad reply from the network leaves the global model as the good reply alone
+    makes it, with a warning naming the node and what is wrong."""
+    current, good = _arrays(w=[0.0, 0.0]), _arrays(w=[2.0, 2.0])
+    for strategy in (PersonalizedFedAvg(), PFedGM(navigator_keys=(), covariance_keys=())):
+        arrays, _ = _aggregate(strategy, current, [_reply(1, good, 10), _reply(7, reply, 1000)])
+        np.testing.assert_allclose(arrays["w"].numpy(), [2.0, 2.0])
+        assert "Dropping update of node 7: " + reason in caplog.text
+
+
+def test_replies_without_model_arrays_or_a_positive_weight_are_dropped(caplog):
+    current, good = _arrays(w=[0.0]), _arrays(w=[2.0])
+    no_arrays = Message(RecordDict({"metrics": MetricRecord({"num-examples": 5})}),
+                        reply_to=Message(RecordDict(), 4, "train"))  # fmt: skip
+    for bad in (_reply(5, good, 0), _reply(6, good, -3), no_arrays):
+        arrays, _ = _aggregate(PersonalizedFedAvg(), current, [_reply(1, good, 10), bad])
+        np.testing.assert_allclose(arrays["w"].numpy(), [2.0])
+    assert "node 5: 'num-examples' must be a positive number, got 0" in caplog.text
+    assert "node 4: no 'arrays' record" in caplog.text
+
+
 def test_failed_replies_are_skipped_and_the_round_is_still_recorded():
     from flwr.app import Error
 

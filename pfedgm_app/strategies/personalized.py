@@ -55,8 +55,10 @@ class PersonalizedFedAvg(FedAvg):
 
     - Keys a client keeps local (absent from its reply) keep their current global value
       instead of vanishing from the global model; a client may send an empty ArrayRecord.
-    - A reply with NaN/Inf arrays, or rejected by `reject_reason`, is dropped from the aggregate
-      with a warning; the round goes on (with the previous arrays if nothing is left).
+    - A reply that is malformed (no model arrays, no positive weight, keys the model lacks,
+      another shape or dtype: `malformed_reason`), has NaN/Inf arrays, or is rejected by
+      `reject_reason`, is dropped from the aggregate with a warning naming the node; the round
+      goes on (with the previous arrays if nothing is left).
     - `personalize(grid, arrays, config)` sends `personalize_message_type` to every node (or to
       the `nodes` given) and aggregates the returned accuracies (`PersonalizationResult`).
     - With `train_nodes`, only those nodes are sampled for training (e.g. the seen clients of a
@@ -165,6 +167,29 @@ class PersonalizedFedAvg(FedAvg):
         """
         return arrays
 
+    def malformed_reason(self, content: RecordDict, current: ArrayRecord | None) -> str | None:
+        """Why a train reply cannot be averaged into `current` (the arrays sent), or None: no
+        model arrays or no weight, keys the model lacks, or arrays of another shape or dtype.
+        Keys a reply leaves out are allowed: they keep their global value (kept local)."""
+        if self.arrayrecord_key not in content.array_records:
+            return f"no '{self.arrayrecord_key}' record"
+        metrics = content.metric_records
+        weight = next(iter(metrics.values())).get(self.weighted_by_key) if metrics else None
+        if not isinstance(weight, int | float) or not np.isfinite(weight) or weight <= 0:
+            return f"'{self.weighted_by_key}' must be a positive number, got {weight!r}"
+        if current is None:
+            return None
+        record = content.array_records[self.arrayrecord_key]
+        unknown = sorted(set(record) - set(current))
+        if unknown:
+            return f"keys the model does not have: {unknown}"
+        for key, array in record.items():
+            ours = current[key]
+            if tuple(array.shape) != tuple(ours.shape) or array.dtype != ours.dtype:
+                return (f"'{key}' is {array.dtype} {tuple(array.shape)}, the model's is "
+                        f"{ours.dtype} {tuple(ours.shape)}")  # fmt: skip
+        return None
+
     def reject_reason(self, content: RecordDict) -> str | None:
         """Why a train reply must not enter the aggregate, or None. Override to add checks."""
         for record in content.array_records.values():
@@ -181,7 +206,10 @@ class PersonalizedFedAvg(FedAvg):
         kept = []  # error replies stay in: FedAvg logs and skips them
         extras: dict[int, tuple[float, ArrayRecord]] = {}
         for msg in replies:
-            reason = None if msg.has_error() else self.reject_reason(msg.content)
+            reason = None
+            if not msg.has_error():
+                content = msg.content
+                reason = self.malformed_reason(content, current) or self.reject_reason(content)
             if reason:
                 log(WARNING, "Dropping update of node %d: %s", msg.metadata.src_node_id, reason)
                 continue
