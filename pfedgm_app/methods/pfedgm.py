@@ -33,44 +33,31 @@ class PFedGMClient(ClientPlugin):
     def build_model(self, image_shape: tuple[int, int, int], num_classes: int) -> Model:
         return build_model(image_shape, lambda dim: GaussianHead(num_classes, dim))
 
+    def _shared(self, run: ClientRun) -> dict:
+        """The keyword arguments both phases take from the run: lambda, SGD, batches, RNG."""
+        cfg = run.cfg
+        return {"lam": self.settings.lambda_, "momentum": cfg.momentum, "rng": run.rng,
+                "weight_decay": cfg.weight_decay, "batch_size": cfg.batch_size}  # fmt: skip
+
     def train(self, model: Model, run: ClientRun) -> Reply:
         """Phase 1 on client i in round r: `phases.train_round` (Algorithm 1's client step)."""
-        cfg, own = run.cfg, self.settings
+        data, cfg = run.data, run.cfg
         metrics = train_round(
-            model.generator,
-            model.head,
-            (run.data.x_train, run.data.y_train),
-            lam=own.lambda_,
-            epochs=cfg.local_epochs,
-            lr=cfg.learning_rate,
-            momentum=cfg.momentum,
-            weight_decay=cfg.weight_decay,
-            batch_size=cfg.batch_size,
-            rng=run.rng,
-            dropout=model.dropout,
-        )
+            model.generator, model.head, (data.x_train, data.y_train), **self._shared(run),
+            epochs=cfg.local_epochs, lr=cfg.learning_rate, dropout=model.dropout,
+        )  # fmt: skip
         return self.send(model, run, metrics)
 
     def personalize(self, model: Model, run: ClientRun) -> dict:
         """Phase 2: `phases.personalize` (personalized head by SGD on Eq. LossC, then L-BFGS
         on its biases), with the paper's adaptation ablation points."""
-        cfg, own, data = run.cfg, self.settings, run.data
+        own, data = self.settings, run.data
         result = personalize(
-            model.generator,
-            model.head,
-            (data.x_train, data.y_train),
-            (data.x_test, data.y_test),
-            lam=own.lambda_,
-            epochs=own.personal_epochs,
-            lr=own.personal_learning_rate,
-            momentum=cfg.momentum,
-            weight_decay=cfg.weight_decay,
-            batch_size=cfg.batch_size,
-            lbfgs_lr=own.lbfgs_learning_rate,
-            lbfgs_max_iter=own.lbfgs_max_iter,
-            lbfgs_cycles=own.lbfgs_cycles,
-            rng=run.rng,
-        )
+            model.generator, model.head, (data.x_train, data.y_train),
+            (data.x_test, data.y_test), **self._shared(run), epochs=own.personal_epochs,
+            lr=own.personal_learning_rate, lbfgs_lr=own.lbfgs_learning_rate,
+            lbfgs_max_iter=own.lbfgs_max_iter, lbfgs_cycles=own.lbfgs_cycles,
+        )  # fmt: skip
         result.pop("num-test")  # the ClientApp reports the sizes
         return result
 
