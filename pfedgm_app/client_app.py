@@ -8,6 +8,7 @@ settings come from `context.run_config`; messages carry the arrays and the round
 from __future__ import annotations
 
 import zlib
+from pathlib import Path
 
 import torch
 from flwr.app import Context, Message, MetricRecord, RecordDict
@@ -37,7 +38,9 @@ def _client(msg: Message, context: Context, purpose: str) -> tuple[int, ClientPl
     seed = zlib.crc32(f"{cfg.seed}/{server_round}/{pid}/{purpose}".encode())
     rng = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    run = ClientRun(cfg, data, ClientState(context.state), rng, device, server_round=server_round)
+    path = Path(cfg.client_state_dir) / f"client-{pid}.pt" if cfg.client_state_dir else None
+    state = ClientState(context.state, path, server_round)
+    run = ClientRun(cfg, data, state, rng, device, server_round=server_round)
     return pid, method.plugin(settings), run
 
 

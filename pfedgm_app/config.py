@@ -109,6 +109,8 @@ class RunConfig(Settings):
     round_timeout: float = 3600.0
     messages_in_flight: int = at_least(0, 0)  # WindowedGrid's window; 0: all at once
     resume: bool = False  # continue the run in output-dir from its last checkpoint
+    min_nodes: int = at_least(0, 0)  # N > 0: start with N SuperNodes, take in later ones
+    client_state_dir: str = ""  # clients also keep their arrays in files here (resume)
     output_dir: str = ""
 
     def validate(self, run: RunConfig | None = None) -> None:
@@ -127,6 +129,8 @@ class RunConfig(Settings):
             )
         if self.protocol not in PROTOCOLS:
             raise ConfigError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        if self.min_nodes and self.protocol != "standard":
+            raise ConfigError("min-nodes (a changing federation) needs protocol='standard'")
         if self.protocol == "generalization" and self.corruption != "none":
             raise ConfigError(
                 "protocol='generalization' corrupts the second half of the clients itself; "

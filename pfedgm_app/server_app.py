@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from logging import ERROR, WARNING
+from logging import ERROR, INFO, WARNING
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
@@ -18,7 +19,7 @@ from flwr.serverapp import Grid, ServerApp
 from . import wire
 from .config import ConfigError, RunConfig
 from .data import PoolInfo, Protocol, load_pool, resolve_dataset
-from .federation import discover_clients, partition_ranks
+from .federation import discover_clients, partition_ranks, query_new_nodes
 from .methods import Method, parse_run_config
 from .results import RunWriter, accuracy_by_type, evaluation_row
 from .strategies import (
@@ -48,15 +49,25 @@ def main(grid: Grid, context: Context) -> None:
         log(ERROR, "pFedGM app: %s", exc)
         raise
     writer.write_config(cfg, settings, len(clients))
-    protocol = Protocol.of(cfg, len(clients))
+    protocol = Protocol.of(cfg, int(next(iter(clients.values()))[wire.NUM_PARTITIONS]))
     ranks = partition_ranks(clients)  # the protocol's roles are by partition id
-    trained = [node for node, pid in ranks.items() if protocol.trains(pid)]
-    evaluation = Evaluation(grid, cfg, protocol, ranks)
-    strategy = build_strategy(cfg, method, ranks, evaluation.round_hook(writer), trained)
+    trained = None
+    if protocol.protocol != "standard":
+        trained = [node for node, pid in ranks.items() if protocol.trains(pid)]
+
+    def take_in_new_nodes(grid: Grid) -> None:  # min-nodes: SuperNodes that joined since
+        added = query_new_nodes(grid, cfg, clients)
+        ranks.update({node: int(clients[node][wire.PARTITION_ID]) for node in added})
+        if added:
+            log(INFO, "pFedGM app: %d SuperNode(s) joined; %d known", len(added), len(ranks))
+
+    refresh = take_in_new_nodes if cfg.min_nodes else None
+    evaluation = Evaluation(grid, cfg, protocol, ranks, refresh=refresh)
+    strategy = build_strategy(cfg, method, ranks, evaluation.round_hook(writer), trained, refresh)
     evaluation.strategy = strategy
     initial = initial_arrays(cfg, method, pool)
     if cfg.resume:
-        initial = resume(writer, strategy, method, initial)
+        initial = resume(cfg, writer, strategy, method, initial)
 
     # Phase 1: global collaborative training (Algorithm 1, or the baseline's rounds)
     writer.mark("rounds")
@@ -85,6 +96,7 @@ class Evaluation:
     protocol: Protocol
     ranks: dict[int, int]  # node id -> partition id
     strategy: PersonalizedFedAvg | None = None
+    refresh: Callable[[Grid], None] | None = None  # min-nodes: take in SuperNodes that joined
 
     def run(
         self, arrays: ArrayRecord, server_round: int = 0
@@ -92,8 +104,13 @@ class Evaluation:
         """The outcome (mean and std over the protocol's headline clients, rows of all), and
         its accuracy per client type where the protocol has several types."""
         config = ConfigRecord({wire.ROUND: server_round} if server_round else {})
+        nodes = list(self.ranks)
+        if self.refresh is not None:  # every client known and connected now
+            self.refresh(self.grid)
+            connected = set(self.grid.get_node_ids())
+            nodes = [n for n in self.ranks if n in connected]
         outcome = self.strategy.personalize(
-            self.grid, arrays, config, self.cfg.round_timeout, list(self.ranks)
+            self.grid, arrays, config, self.cfg.round_timeout, nodes
         )
         protocol, rows = self.protocol, outcome.clients
         if protocol.protocol == "standard" and protocol.corruption == "none":
@@ -121,7 +138,11 @@ class Evaluation:
 
 
 def resume(
-    writer: RunWriter, strategy: PersonalizedFedAvg, method: Method, initial: ArrayRecord
+    cfg: RunConfig,
+    writer: RunWriter,
+    strategy: PersonalizedFedAvg,
+    method: Method,
+    initial: ArrayRecord,
 ) -> ArrayRecord:
     """The global arrays and the strategy's state of the stopped run's last checkpoint."""
     done, arrays, state = writer.load_checkpoint()
@@ -129,10 +150,10 @@ def resume(
         raise ConfigError("the checkpoint's arrays are another model's: same method and dataset?")
     strategy.load_state(state, done)
     writer.resumed_after = done
-    if method.keeps_state:
-        log(WARNING, "pFedGM app: %s keeps arrays on its clients; a new run's clients "
-            "start without them, so the resumed run differs from an uninterrupted one",
-            method.name)  # fmt: skip
+    if method.keeps_state and not cfg.client_state_dir:
+        log(WARNING, "pFedGM app: %s keeps arrays on its clients and client-state-dir is "
+            "not set: a new run's clients start without them, so the resumed run differs from "
+            "an uninterrupted one", method.name)  # fmt: skip
     return arrays
 
 
@@ -149,16 +170,20 @@ def build_strategy(
     node_ranks: dict[int, int],
     on_round: RoundHook | None = None,
     train_nodes: list[int] | None = None,
+    before_round: Callable[[Grid], None] | None = None,
 ) -> PersonalizedFedAvg:
-    """The server side of `method`; every round waits for all clients to be connected and
-    samples them (among `train_nodes`, default all) by partition id, so methods with the same
-    seed see the same clients.
+    """The server side of `method`; every round waits for all clients to be connected (with
+    `min-nodes` N: for N, ending the run when fewer stay connected for `node-wait-timeout`)
+    and samples them (among `train_nodes`, default all) by partition id, so methods with the
+    same seed see the same clients.
     """
     return method.strategy(
         fraction_train=cfg.fraction_train,
         fraction_evaluate=0.0,  # the paper evaluates once, after personalization
         min_train_nodes=1,
-        min_available_nodes=len(node_ranks),
+        min_available_nodes=cfg.min_nodes or len(node_ranks),
+        node_wait_timeout=cfg.node_wait_timeout if cfg.min_nodes else None,
+        before_round=before_round,
         on_round=on_round,
         node_ranks=node_ranks,
         train_nodes=train_nodes,

@@ -22,11 +22,14 @@ def _rounds(out: Path) -> list[int]:
     return [json.loads(line)["round"] for line in (out / "rounds.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("method", ["pfedgm", "fedavg"])
+@pytest.mark.parametrize("method", ["pfedgm", "fedavg", "fedper", "pfedme"])
 def test_a_killed_run_resumes_to_the_uninterrupted_runs_arrays(tmp_path, mnist, method):
+    """pFedGM and FedAvg keep nothing on the clients; FedPer (its heads) and pFedMe (theta)
+    do, in `client-state-dir`, which the resumed run's new clients start from."""
     cfg = {**RUN, "method": method, "dataset": str(mnist)}
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
-    run_inprocess({**cfg, "output-dir": str(whole)}, 4)
+    run_inprocess({**cfg, "output-dir": str(whole), "client-state-dir": str(whole / "c")}, 4)
+    cfg["client-state-dir"] = str(stopped / "clients")
     with pytest.raises(RunStopped):
         run_inprocess({**cfg, "output-dir": str(stopped)}, 4, stop_after_rounds=2)
     assert _rounds(stopped) == [1, 2] and (stopped / "checkpoint.pt").exists()
@@ -37,6 +40,22 @@ def test_a_killed_run_resumes_to_the_uninterrupted_runs_arrays(tmp_path, mnist, 
     b = torch.load(stopped / "global_model.pt")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert (whole / "clients.csv").read_text() == (stopped / "clients.csv").read_text()
+
+
+def test_client_state_files_hold_the_two_latest_saves_and_roll_back_a_rerun_round(tmp_path):
+    from flwr.app import RecordDict
+
+    from pfedgm_app.methods.base import ClientState
+
+    path = tmp_path / "client-3.pt"
+    for r in (2, 5, 7):
+        ClientState(RecordDict(), path, r).save("w", {"x": torch.full((2,), r)})
+    assert [r for r, _ in torch.load(path)] == [5, 7]
+    # round 7 run again (resumed after round 6): the state before it, round 5's
+    assert ClientState(RecordDict(), path, 7).load("w")["x"].tolist() == [5, 5]
+    assert ClientState(RecordDict(), path, 9).load("w")["x"].tolist() == [7, 7]
+    assert ClientState(RecordDict(), path, 0).load("w")["x"].tolist() == [7, 7]  # personalize
+    assert "w" not in ClientState(RecordDict(), path, 5)  # nothing saved before round 5
 
 
 def test_resume_refuses_a_folder_without_a_checkpoint_or_with_a_finished_run(tmp_path, mnist):

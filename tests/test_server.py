@@ -53,7 +53,7 @@ def test_fewer_supernodes_than_partitions_is_a_clear_error():
 def test_inconsistent_federations_are_rejected():
     with pytest.raises(ConfigError, match="disagree on num-partitions"):
         discover_clients(FakeGrid({1: (0, 2), 2: (1, 3)}), RunConfig(node_wait_timeout=0.5))
-    with pytest.raises(ConfigError, match="partition-ids 0..1"):
+    with pytest.raises(ConfigError, match="two SuperNodes hold partition-id 0"):
         discover_clients(FakeGrid({1: (0, 2), 2: (0, 2)}), RunConfig(node_wait_timeout=0.5))
     with pytest.raises(ConfigError, match="could not load its data: boom"):
         discover_clients(FakeGrid({1: (0, 1)}, failing=[1]), RunConfig(node_wait_timeout=0.5))
@@ -171,3 +171,32 @@ def test_only_train_nodes_are_trained_and_personalize_reaches_the_nodes_given():
     assert {node for node, kind in grid.sent if kind == "train"} == {1, 2}
     report = strategy.personalize(grid, result.arrays, ConfigRecord(), nodes=[3, 4, 5, 6])
     assert sorted(int(r["partition-id"]) for r in report.clients) == [2, 3, 4, 5]
+
+
+def test_min_nodes_starts_with_the_nodes_connected_and_takes_in_later_ones():
+    """A deployment whose devices come and go: 2 of 3 partitions suffice to start; a node
+    that joins later is queried before a round and then sampled."""
+    from pfedgm_app.federation import query_new_nodes
+
+    grid = FakeGrid({1: (0, 3), 2: (2, 3)})
+    cfg = RunConfig(node_wait_timeout=0.5, min_nodes=2)
+    infos = discover_clients(grid, cfg)
+    assert sorted(int(i["partition-id"]) for i in infos.values()) == [0, 2]
+    ranks = {n: int(i["partition-id"]) for n, i in infos.items()}
+    grid.partitions[9] = (1, 3)  # joins
+
+    def take_in(g):
+        ranks.update({n: int(infos[n]["partition-id"]) for n in query_new_nodes(g, cfg, infos)})
+
+    strategy = PersonalizedFedAvg(fraction_train=1.0, node_ranks=ranks, before_round=take_in,
+                                  min_available_nodes=2)  # fmt: skip
+    messages = strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid)
+    assert sorted(m.metadata.dst_node_id for m in messages) == [1, 2, 9]
+    assert ranks[9] == 1
+
+
+def test_fewer_nodes_than_min_nodes_for_the_wait_timeout_ends_the_run():
+    grid = FakeGrid({1: (0, 3)})
+    strategy = PersonalizedFedAvg(min_available_nodes=2, node_wait_timeout=0.2)
+    with pytest.raises(RuntimeError, match=r"only 1 SuperNode\(s\) connected .* fewer than the 2"):
+        strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid)

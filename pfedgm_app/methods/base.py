@@ -8,8 +8,10 @@ and personalizes + evaluates at the end.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from flwr.app import ArrayRecord, RecordDict
@@ -44,10 +46,23 @@ class Reply:
 class ClientState:
     """Arrays a method keeps on the client between messages, by name (in `context.state`,
     which lives as long as the SuperNode; never sent). The one way client state is kept.
+
+    With a `path` (`client-state-dir`), every save also goes to that file on the device,
+    tagged with the message's round, and a state found empty (a new SuperNode or a resumed
+    run) is filled from it: from the latest save of a round before `server_round` (a round a
+    resumed run runs again starts from the state before it; the file keeps the two latest
+    saves), or from the latest save of all for the personalize round (`server_round` 0).
     """
 
-    def __init__(self, records: RecordDict | None = None) -> None:
+    def __init__(
+        self, records: RecordDict | None = None, path: Path | None = None, server_round: int = 0
+    ) -> None:
         self.records = RecordDict() if records is None else records
+        self.path, self.server_round = path, server_round
+        if path is not None and not len(self.records) and path.exists():
+            rounds = [r for r, _ in self._saves() if not server_round or r < server_round]
+            for name, tensors in dict(self._saves()).get(max(rounds, default=-1), {}).items():
+                self.records[name] = ArrayRecord(tensors)
 
     def __contains__(self, name: str) -> bool:
         return name in self.records
@@ -57,6 +72,17 @@ class ClientState:
 
     def save(self, name: str, tensors: Mapping[str, torch.Tensor]) -> None:
         self.records[name] = ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()})
+        if self.path is not None:
+            snapshot = {n: self.load(n) for n in self.records}
+            saves = [(r, s) for r, s in self._saves() if r != self.server_round]
+            saves = sorted([*saves, (self.server_round, snapshot)], key=lambda rs: rs[0])[-2:]
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            torch.save(saves, tmp)
+            os.replace(tmp, self.path)  # a kill leaves the previous file whole
+
+    def _saves(self) -> list[tuple[int, dict[str, dict[str, torch.Tensor]]]]:
+        return torch.load(self.path) if self.path.exists() else []
 
 
 @dataclass

@@ -87,9 +87,13 @@ class PersonalizedFedAvg(FedAvg):
         node_ranks: Mapping[int, int] | None = None,
         train_nodes: Collection[int] | None = None,
         seed: int = 0,
+        node_wait_timeout: float | None = None,
+        before_round: Callable[[Grid], None] | None = None,
         **fedavg_kwargs,
     ) -> None:
         super().__init__(**fedavg_kwargs)
+        self.node_wait_timeout = node_wait_timeout
+        self.before_round = before_round
         self.node_ranks = node_ranks
         self.train_nodes = None if train_nodes is None else frozenset(train_nodes)
         self.rng = random.Random(seed)
@@ -123,6 +127,8 @@ class PersonalizedFedAvg(FedAvg):
         server_round += self.completed_rounds  # Flower's `start` counts from 1 each time
         if self.fraction_train == 0.0:
             return []
+        if self.before_round is not None:  # e.g. learn about SuperNodes that joined
+            self.before_round(grid)
         self.sent_arrays[server_round] = arrays
         nodes = self.sample_train_nodes(grid)
         log(INFO, "configure_train: sampled %d nodes", len(nodes))
@@ -135,7 +141,9 @@ class PersonalizedFedAvg(FedAvg):
         (of those in `train_nodes` when given; at least `min_train_nodes`), by `node_ranks`
         when given.
         """
-        nodes = wait_for_nodes(grid, self.min_available_nodes)
+        nodes = wait_for_nodes(grid, self.min_available_nodes, timeout=self.node_wait_timeout)
+        if self.node_ranks is not None:  # only clients the server knows (their partition)
+            nodes = [n for n in nodes if n in self.node_ranks]
         if self.train_nodes is not None:
             nodes = [n for n in nodes if n in self.train_nodes]
         size = min(max(int(len(nodes) * self.fraction_train), self.min_train_nodes), len(nodes))
@@ -273,9 +281,19 @@ class PersonalizedFedAvg(FedAvg):
         return summarize(rows, self.accuracy_key, self.test_size_key, failures)
 
 
-def wait_for_nodes(grid: Grid, count: int, poll: float = 1.0) -> list[int]:
-    """The connected node ids, once at least `count` are connected."""
+def wait_for_nodes(
+    grid: Grid, count: int, poll: float = 1.0, timeout: float | None = None
+) -> list[int]:
+    """The connected node ids, once at least `count` are connected; with `timeout`, raises
+    RuntimeError when fewer stay connected that long (a run cannot go on below its minimum)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
     while len(nodes := list(grid.get_node_ids())) < count:
+        if deadline is not None and time.monotonic() > deadline:
+            raise RuntimeError(
+                f"only {len(nodes)} SuperNode(s) connected for {timeout:.0f}s, fewer than the "
+                f"{count} the run needs (min-nodes): the run stops here; restart SuperNodes "
+                "and continue it with resume=true"
+            )
         log(INFO, "Waiting for nodes to connect: %d connected (need %d)", len(nodes), count)
         time.sleep(poll)
     return nodes
