@@ -143,6 +143,10 @@ class Deployment:
         """Stop every process of the deployment and what each spawned (SuperExec, ClientApps)."""
         _kill(process_tree([p.pid for p in self.processes]))
 
+    def kill_supernode(self, index: int) -> None:
+        """Kill the `index`-th SuperNode and its ClientApps, as a device that dies."""
+        _kill(process_tree([self.processes[1 + index].pid]))
+
 
 def start_deployment(
     flwr_home: Path,
