@@ -104,14 +104,18 @@ class Evaluation:
         """The outcome (mean and std over the protocol's headline clients, rows of all), and
         its accuracy per client type where the protocol has several types."""
         config = ConfigRecord({wire.ROUND: server_round} if server_round else {})
-        nodes = list(self.ranks)
+        nodes, gone = list(self.ranks), []
         if self.refresh is not None:  # every client known and connected now
             self.refresh(self.grid)
             connected = set(self.grid.get_node_ids())
             nodes = [n for n in self.ranks if n in connected]
+            gone = [f"partition {p}: not connected"
+                    for n, p in self.ranks.items() if n not in connected]  # fmt: skip
         outcome = self.strategy.personalize(
             self.grid, arrays, config, self.cfg.round_timeout, nodes
         )
+        if gone:  # the summary lists every known client that was not evaluated
+            outcome = dataclasses.replace(outcome, failures=outcome.failures + gone)
         protocol, rows = self.protocol, outcome.clients
         if protocol.protocol == "standard" and protocol.corruption == "none":
             return outcome, None

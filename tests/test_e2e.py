@@ -135,6 +135,7 @@ def test_deployment_keeps_client_state_and_goes_on_without_a_killed_supernode(tm
     rows = [json.loads(r) for r in (out / "rounds.jsonl").read_text().splitlines()]
     assert [(r["round"], r["num-clients"]) for r in rows] == [(1, 3), (2, 2)]
     assert run.summary["num_clients_evaluated"] == 2
+    assert run.summary["failures"] == ["partition 2: not connected"]
     assert run.summary["mean_accuracy"] > 40, run.summary  # chance is 10%
 
 
