@@ -59,15 +59,16 @@ def query_new_nodes(grid: Grid, cfg: RunConfig, infos: dict[int, dict]) -> list[
     the nodes added."""
     new = [n for n in grid.get_node_ids() if n not in infos]
     messages = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY) for n in new]
-    added = []
+    added, held = [], {int(i[wire.PARTITION_ID]) for i in infos.values()}
     for reply in grid.send_and_receive(messages, timeout=cfg.round_timeout) if new else []:
         node = reply.metadata.src_node_id
         if reply.has_error():
             raise ConfigError(f"SuperNode {node} could not load its data: {reply.error.reason}")
         info = dict(reply.content[wire.METRICS])
         pid = int(info[wire.PARTITION_ID])
-        if any(int(i[wire.PARTITION_ID]) == pid for i in infos.values()):
+        if pid in held:
             raise ConfigError(f"two SuperNodes hold partition-id {pid}")
+        held.add(pid)
         infos[node] = info
         added.append(node)
     _num_partitions(infos)

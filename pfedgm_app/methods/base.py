@@ -60,8 +60,8 @@ class ClientState:
         self.records = RecordDict() if records is None else records
         self.path, self.server_round = path, server_round
         if path is not None and not len(self.records) and path.exists():
-            rounds = [r for r, _ in self._saves() if not server_round or r < server_round]
-            for name, tensors in dict(self._saves()).get(max(rounds, default=-1), {}).items():
+            earlier = [(r, s) for r, s in self._saves() if not server_round or r < server_round]
+            for name, tensors in (earlier[-1][1] if earlier else {}).items():  # saves are sorted
                 self.records[name] = ArrayRecord(tensors)
 
     def __contains__(self, name: str) -> bool:
