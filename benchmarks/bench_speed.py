@@ -1,16 +1,22 @@
-"""Speed and memory of the app against a bare PyTorch loop, and pFedGM against FedAvg.
+"""Speed of the app through `flwr run` on the paper's CIFAR-10 protocol, projected to 200 rounds.
 
-Runs FedAvg and pFedGM through `flwr run` (real simulation engine) on the same protocol, then a
-bare single-process PyTorch loop doing the same number of sample-passes with the same model,
-optimizer and batch size on in-memory tensors. Prints:
+Runs FedAvg and pFedGM through the real simulation engine (default: the paper's protocol, 100
+clients, q = 0.3, 5 local epochs, batch 50, 10 rounds), then a bare eager PyTorch loop on one
+thread with the same model, optimizer and batch size. Prints per method:
 
-- seconds per round (mean over rounds after the first, which includes data decoding);
-- client sample-passes per second of the app;
-- app wall time / bare-loop wall time for the same sample-passes (target <= 1.10);
-- pFedGM / FedAvg cost ratio in the same protocol (target <= 1.10; the paper measured 1.26);
-- peak memory (RSS summed over all processes of the run).
+- seconds per round (rounds after the first, which also decodes data) and the projected
+  full-protocol time: first round + 199 later rounds + Phase 2 (every client personalizes);
+- a round split into client set-up (data and model), client compute (of which pFedGM's
+  prototype pass), message serialization (measured here on the method's own arrays, two
+  messages per sampled client) and the rest: Flower/Ray overhead and workers left idle;
+- client samples/s per core (sample-passes over compute seconds) against the bare eager loop
+  with the plain layout (conv -> act -> pool, NCHW) and with the app's layout (pool before
+  act, channels-last; `models.ConvGenerator`), both measured in this run;
+- pFedGM / FedAvg wall time per round (target <= 1.10; the paper measured 1.26), Phase 2
+  seconds (target <= 30 s for 100 clients), peak memory (RSS of all processes).
 
-    python benchmarks/bench_speed.py            # 20 clients, q=0.3, 4 rounds, 5 local epochs
+    python benchmarks/bench_speed.py                      # the full protocol, 10 rounds
+    python benchmarks/bench_speed.py --clients 20 --rounds 3
 """
 
 from __future__ import annotations
@@ -24,13 +30,19 @@ import time
 from pathlib import Path
 
 import torch
+from flwr.app import ArrayRecord, RecordDict
+from flwr.common import serde
+from torch import nn
 
+from pfedgm_app.methods import get_method
 from pfedgm_app.models import build_model
 from pfedgm_app.training import make_sgd, run_epochs, supervised_step
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
 from devtools.launch import offline_env, run_app, stop_local_superlink, superlink_tree  # noqa: E402
+
+FULL_ROUNDS = 200
 
 
 class PeakRss(threading.Thread):
@@ -56,7 +68,7 @@ def _rss(pid: int) -> int:
     return 0
 
 
-def app_run(method: str, args, env, home: Path) -> dict:
+def app_run(method: str, args: argparse.Namespace, env: dict, home: Path) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"bench-{method}-"))
     cfg = {
         "method": method,
@@ -69,69 +81,129 @@ def app_run(method: str, args, env, home: Path) -> dict:
     }
     rss = PeakRss(home)
     rss.start()
-    run = run_app(cfg, args.clients, env, cpus_per_client=args.cpus_per_client)
+    run = run_app(cfg, args.clients, env, cpus_per_client=args.cpus_per_client, timeout=4 * 3600)
     rss.stop.set()
     if not run.ok:
         raise SystemExit(f"{method} run {run.status}:\n{run.log[-3000:]}")
     rounds = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
     later = rounds[1:] or rounds
-    seconds = sum(r["seconds"] for r in later)
-    passes = sum(r["num-examples-total"] * args.epochs for r in later)
+
+    def per_round(key: str) -> float:
+        return sum(r.get(key, 0.0) for r in later) / len(later)
+
+    s = run.summary
     return {
-        "seconds_per_round": seconds / len(later),
-        "passes": passes,
-        "seconds": seconds,
-        "passes_per_second": passes / seconds,
+        "seconds_per_round": per_round("seconds"),
+        "seconds_first_round": rounds[0]["seconds"],
+        "seconds_before_round_1": s["seconds_training"] - s["seconds_per_round"] * s["rounds"],
+        "seconds_personalize": s["seconds_personalize"],
+        "clients_per_round": per_round("num-clients"),
+        "passes_per_round": per_round("num-examples-total") * args.epochs,
+        "setup": per_round("seconds-setup-total"),
+        "compute": per_round("seconds-compute-total"),
+        "prototypes": per_round("seconds-prototypes-total"),
         "peak_rss_gib": rss.peak / 2**30,
-        "accuracy": run.summary["mean_accuracy"],
+        "accuracy": s["mean_accuracy"],
     }
 
 
-def bare_loop(passes: int, threads: int) -> float:
-    """Seconds for `passes` sample-passes of plain SGD on the CIFAR CNN, one process."""
-    torch.set_num_threads(threads)
+def serialization_seconds(method: str, image_shape=(3, 32, 32), classes: int = 10) -> float:
+    """Seconds to carry one message of the method's arrays: state_dict -> ArrayRecord -> bytes
+    -> ArrayRecord -> state_dict (what a train message and its reply each go through)."""
+    plugin = get_method(method).plugin(get_method(method).settings())
+    state = plugin.build_model(image_shape, classes).state_dict()
+    start, n = time.perf_counter(), 20
+    for _ in range(n):
+        proto = serde.recorddict_to_proto(RecordDict({"arrays": ArrayRecord(state)}))
+        back = type(proto)()
+        back.ParseFromString(proto.SerializeToString())
+        serde.recorddict_from_proto(back)["arrays"].to_torch_state_dict()
+    return (time.perf_counter() - start) / n
+
+
+def plain_layout(model: nn.Module) -> nn.Module:
+    """`model` with conv -> act -> pool per layer in NCHW: the network as usually written."""
+    layers = list(model.generator.features)
+    for i in range(len(layers) - 1):
+        if isinstance(layers[i], nn.MaxPool2d) and isinstance(layers[i + 1], nn.LeakyReLU):
+            layers[i], layers[i + 1] = layers[i + 1], layers[i]
+    model.generator.features = nn.Sequential(*layers)
+    object.__setattr__(model.generator, "forward", model.generator.features)
+    return model.to(memory_format=torch.contiguous_format)
+
+
+def bare_loop(plain: bool, seconds: float = 20.0) -> float:
+    """Samples/s of plain SGD (batch 50) on the CIFAR CNN, one thread, in-memory tensors."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     x, y = torch.randn(2000, 3, 32, 32), torch.randint(0, 10, (2000,))
-    model = build_model((3, 32, 32), lambda dim: torch.nn.Linear(dim, 10))
+    model = build_model((3, 32, 32), lambda dim: nn.Linear(dim, 10))
+    model = plain_layout(model) if plain else model
     opt = make_sgd(model.parameters(), 0.01, 0.5, 5e-4)
     run_epochs(supervised_step(model), x[:500], y[:500], opt, 1)  # warm-up
-    epochs = max(1, round(passes / len(x)))
-    start = time.perf_counter()
-    run_epochs(supervised_step(model), x, y, opt, epochs)
-    return (time.perf_counter() - start) * passes / (epochs * len(x))
+    passes, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        passes += run_epochs(supervised_step(model), x, y, opt, 1)["sample-passes"]
+    torch.set_num_threads(threads)
+    return passes / (time.perf_counter() - start)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", default=str(ROOT.parent / "shared/data/cifar10"))
-    parser.add_argument("--clients", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--fraction", type=float, default=0.3)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--cpus-per-client", type=float, default=1)
+    parser.add_argument("--methods", default="fedavg,pfedgm")
+    parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
+    cores = torch.get_num_threads()
+    workers = max(1, int(cores / args.cpus_per_client))
+    bare = {"plain": bare_loop(plain=True), "app": bare_loop(plain=False)}
     home = Path(tempfile.mkdtemp(prefix="bench-flwr-home-"))
     env = offline_env(home)
+    results = {}
     try:
-        results = {m: app_run(m, args, env, home) for m in ("fedavg", "pfedgm")}
+        for method in args.methods.split(","):
+            results[method] = app_run(method, args, env, home)
+            results[method]["serialization"] = (
+                2 * results[method]["clients_per_round"] * serialization_seconds(method)
+            )
+            print(json.dumps({method: results[method]}), flush=True)
     finally:
         stop_local_superlink(home)
-    cores = torch.get_num_threads()
-    bare = bare_loop(int(results["fedavg"]["passes"]), cores)
-    fedavg, pfedgm = results["fedavg"], results["pfedgm"]
     print(f"protocol: {args.clients} clients, q={args.fraction}, {args.rounds} rounds, "
-          f"{args.epochs} local epochs, Dir({args.alpha}), {cores} cores")  # fmt: skip
+          f"{args.epochs} local epochs, Dir({args.alpha}), {cores} cores, {workers} ClientApps "
+          f"at a time")  # fmt: skip
+    print(f"bare eager loop, one thread: {bare['plain']:.0f} samples/s (plain layout), "
+          f"{bare['app']:.0f} samples/s (the app's layout)")  # fmt: skip
     for name, r in results.items():
-        print(f"{name:7s} seconds/round {r['seconds_per_round']:.2f}  sample-passes/s "
-              f"{r['passes_per_second']:.0f}  peak RSS {r['peak_rss_gib']:.2f} GiB  "
-              f"accuracy {r['accuracy']:.2f}")  # fmt: skip
-    print(
-        f"bare loop ({cores} threads, one process): {fedavg['passes'] / bare:.0f} sample-passes/s"
-    )
-    print(f"app / bare loop wall time (FedAvg, same sample-passes): {fedavg['seconds'] / bare:.3f}")
-    cost = (pfedgm["seconds"] / pfedgm["passes"]) / (fedavg["seconds"] / fedavg["passes"])
-    print(f"pFedGM / FedAvg cost per sample-pass: {cost:.3f}")
+        wall = r["seconds_per_round"]
+        parts = {"client set-up": r["setup"] / workers,
+                 "client compute": r["compute"] / workers,
+                 "serialization": r["serialization"]}  # fmt: skip
+        rest = wall - sum(parts.values())
+        full = r["seconds_first_round"] + (FULL_ROUNDS - 1) * wall + r["seconds_personalize"]
+        print(f"{name}: {wall:.2f} s/round; projected {FULL_ROUNDS} rounds + Phase 2: "
+              f"{full / 60:.1f} min; Phase 2 {r['seconds_personalize']:.1f} s; "
+              f"peak RSS {r['peak_rss_gib']:.2f} GiB; accuracy {r['accuracy']:.2f}")  # fmt: skip
+        split = ", ".join(f"{k} {v:.2f} s" for k, v in parts.items())
+        proto = f" (prototype pass {r['prototypes'] / workers:.2f} s)" if r["prototypes"] else ""
+        print(f"  per round: {split}{proto}, Flower/Ray overhead and idle {rest:.2f} s")
+        if r["compute"]:
+            in_compute = r["passes_per_round"] / r["compute"]
+            over_round = r["passes_per_round"] / wall / workers
+            print(f"  client samples/s per core: {in_compute:.0f} in compute, "
+                  f"{over_round:.0f} over the round")  # fmt: skip
+    if {"fedavg", "pfedgm"} <= set(results):
+        ratio = results["pfedgm"]["seconds_per_round"] / results["fedavg"]["seconds_per_round"]
+        print(f"pFedGM / FedAvg wall time per round: {ratio:.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"bare": bare, **results}, indent=2))
 
 
 if __name__ == "__main__":

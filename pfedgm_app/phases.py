@@ -17,6 +17,7 @@ used as it comes each epoch. Batches are moved to the head's device. Defaults ar
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 import torch
@@ -86,12 +87,15 @@ def train_round(
     (Eq. proto_update). nu (A) gets no weight decay: it is a statistic, not a weight, and decay
     would shrink the precision toward 0 whatever the data; after every step A is projected back
     to positive values (`head.project_`). `dropout` (e.g. TinyImageNet's) sits between z and
-    the navigator; R_c takes z before it. Returns the mean loss and the sample-passes.
+    the navigator; R_c takes z before it. Returns the mean loss, the sample-passes and the
+    seconds of the prototype pass (`seconds-prototypes`).
     """
     dropout = dropout if dropout is not None else nn.Identity()
     generator.train(), dropout.train()
+    start = time.perf_counter()
     z, y = features(generator, data)
     prototypes, counts = class_means(z, y, head.mu.shape[0], head.mu)
+    seconds_prototypes = time.perf_counter() - start
 
     def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         z = generator(xb)
@@ -107,7 +111,8 @@ def train_round(
     ]
     optimizer = make_sgd(params, lr, momentum, weight_decay)
     device = head.mu.device
-    return _epochs(data, step, optimizer, epochs, batch_size, rng, head.project_, device)
+    metrics = _epochs(data, step, optimizer, epochs, batch_size, rng, head.project_, device)
+    return {**metrics, "seconds-prototypes": seconds_prototypes}
 
 
 def personalize(

@@ -233,6 +233,11 @@ class PersonalizedFedAvg(FedAvg):
             valid = [m for m in kept if not m.has_error()]
             metrics["num-clients"] = len(valid)
             metrics[self.weighted_by_key + "-total"] = sum(self._weight(m) for m in valid)
+            for key in [k for k in metrics if k.startswith("seconds-")]:  # client time spent
+                metrics[key + "-total"] = sum(
+                    float(next(iter(m.content.metric_records.values())).get(key, 0.0))
+                    for m in valid
+                )
         if self.on_round is not None:
             self.on_round(server_round, arrays if arrays is not None else current, metrics)
         return arrays, metrics

@@ -1,0 +1,62 @@
+"""The backbones' fast layout (pool before activation, channels-last) computes the plain
+conv -> LeakyReLU -> max-pool network: same outputs, gradients and SGD trajectory."""
+
+import pytest
+import torch
+from torch import nn
+
+from pfedgm_app.models import BACKBONES, build_model
+from pfedgm_app.training import make_sgd, run_epochs, supervised_step
+
+
+def _plain(fast: nn.Module) -> nn.Module:
+    """A copy of `fast` with conv -> act -> pool per layer in contiguous (NCHW) format."""
+    plain = build_model(fast.image_shape, lambda dim: nn.Linear(dim, 10))
+    layers = list(plain.generator.features)
+    for i in range(len(layers) - 1):
+        if isinstance(layers[i], nn.MaxPool2d) and isinstance(layers[i + 1], nn.LeakyReLU):
+            layers[i], layers[i + 1] = layers[i + 1], layers[i]
+    plain.generator.features = nn.Sequential(*layers)
+    object.__setattr__(plain.generator, "forward", plain.generator.features)  # no conversion
+    plain.to(memory_format=torch.contiguous_format)
+    plain.load_state_dict(fast.state_dict())
+    assert all(p.is_contiguous() for p in plain.parameters())
+    return plain
+
+
+def _fast(shape: tuple[int, int, int]) -> nn.Module:
+    torch.manual_seed(0)
+    model = build_model(shape, lambda dim: nn.Linear(dim, 10))
+    model.image_shape = shape
+    return model
+
+
+@pytest.mark.parametrize("shape", list(BACKBONES))
+def test_fast_layout_gives_the_plain_networks_outputs_and_gradients(shape):
+    fast = _fast(shape)
+    plain = _plain(fast)
+    convs = [m for m in fast.generator.modules() if isinstance(m, nn.Conv2d)]
+    assert all(c.weight.is_contiguous(memory_format=torch.channels_last) for c in convs)
+    fast.eval(), plain.eval()  # TinyImageNet's dropout off: same function
+    x, y = torch.randn(8, *shape), torch.randint(0, 10, (8,))
+    out_fast, out_plain = fast(x), plain(x)
+    torch.testing.assert_close(out_fast, out_plain, rtol=1e-5, atol=1e-5)
+    nn.functional.cross_entropy(out_fast, y).backward()
+    nn.functional.cross_entropy(out_plain, y).backward()
+    for (name, a), b in zip(fast.named_parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_fast_layout_follows_the_plain_sgd_trajectory():
+    """Two epochs of the app's SGD loop (paper's settings) from the same start: the weights
+    stay equal within float tolerance, and they did move."""
+    fast = _fast((3, 32, 32))
+    plain = _plain(fast)
+    start = {k: v.clone() for k, v in fast.state_dict().items()}
+    x, y = torch.randn(200, 3, 32, 32), torch.randint(0, 10, (200,))
+    for model in (fast, plain):
+        opt = make_sgd(model.parameters(), 0.01, 0.5, 5e-4)
+        run_epochs(supervised_step(model), x, y, opt, 2, rng=torch.Generator().manual_seed(1))
+    for k, v in fast.state_dict().items():
+        torch.testing.assert_close(v, plain.state_dict()[k], rtol=1e-4, atol=1e-5, msg=k)
+    assert not torch.equal(start["generator.features.0.weight"], fast.generator.features[0].weight)
