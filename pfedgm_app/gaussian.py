@@ -154,9 +154,13 @@ class PersonalizedHead(nn.Module):
         return (2 * self.lam / self.mu.shape[1]) * self.a_c
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.logits_but_b(z) + self.b
+
+    def logits_but_b(self, z: torch.Tensor) -> torch.Tensor:
+        """xi_i + zeta_i + b*_i: the logits without the trainable bias offsets b."""
         xi = gaussian_logits(z, self.mu_star + self.mu, 0.0, self.a_g * self.A_star)
         zeta = gaussian_logits(z, self.upsilon, 0.0, self.local_precision)
-        return xi + zeta + self.b_star + self.b
+        return xi + zeta + self.b_star
 
     @torch.no_grad()
     def project_(self) -> None:
@@ -208,12 +212,17 @@ def refine_biases_(
 ) -> float:
     """Phase 2 step 2, the granular adaptation: L-BFGS on the biases b alone, Eq. (LossC) over all
     of the client's features, `cycles` calls of `max_iter` inner iterations. Returns the loss.
+
+    b enters the logits as a sum, so the rest (`logits_but_b`) is computed once: each of the
+    L-BFGS evaluations is then a softmax, with the same loss and gradient as the full head's.
     """
     opt = torch.optim.LBFGS([head.b], lr=lr, max_iter=max_iter)
+    with torch.no_grad():
+        fixed = head.logits_but_b(z)
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
-        loss = F.cross_entropy(head(z), y)
+        loss = F.cross_entropy(fixed + head.b, y)
         loss.backward()
         return loss
 

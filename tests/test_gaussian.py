@@ -399,3 +399,31 @@ def test_phase2_fine_tune_and_refine_biases_decrease_loss():
         assert torch.equal(getattr(head, name), before), name
     assert not torch.equal(head.b, b_before)
     assert (head.a_g >= POSITIVE_FLOOR).all() and (head.a_c >= POSITIVE_FLOOR).all()
+
+
+def test_refine_biases_equals_lbfgs_on_the_whole_heads_loss():
+    """The L-BFGS step computes the logits but b once: its b equals L-BFGS on Eq. (LossC)
+    evaluated through the whole head at every iteration."""
+    g = _gen(17)
+    k, d = 4, 6
+    y = torch.arange(k).repeat_interleave(30)
+    z = 2 * torch.randn(k, d, generator=g)[y] + torch.randn(len(y), d, generator=g)
+    ups, _ = class_means(z, y, k, torch.zeros(k, d))
+    args = (torch.randn(k, d, generator=g), torch.randn(k, generator=g), torch.rand(k, d) + 0.5)
+    fast, whole = PersonalizedHead(*args, ups, 1.0), PersonalizedHead(*args, ups, 1.0)
+    with torch.no_grad():
+        for head in (fast, whole):
+            head.a_g.mul_(0.7), head.mu.add_(0.1)  # away from the initial point
+    refine_biases_(fast, z, y, lr=0.05, max_iter=10, cycles=5)
+    opt = torch.optim.LBFGS([whole.b], lr=0.05, max_iter=10)
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.cross_entropy(whole(z), y)
+        loss.backward()
+        return loss
+
+    for _ in range(5):
+        opt.step(closure)
+    assert not torch.equal(fast.b, torch.zeros(k))
+    torch.testing.assert_close(fast.b, whole.b, rtol=1e-5, atol=1e-6)
