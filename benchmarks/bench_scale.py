@@ -12,12 +12,18 @@ Phase 2 seconds (every client personalizes), and the peak memory of the whole si
     python benchmarks/bench_scale.py                       # pFedGM, 3 rounds, Dir(0.5)
     python benchmarks/bench_scale.py --clients 1000 --rounds 2
     python benchmarks/bench_scale.py --messages-in-flight 4   # at most 4 messages unanswered
+    python benchmarks/bench_scale.py --engine inprocess       # the app alone, no Flower engine
+
+`--engine inprocess` runs the same ServerApp and ClientApps in this process, one client after
+the other (`devtools/inprocess.py`): what the app itself costs, without the simulation engine's
+per-node polling (see benchmarks/README.md); its peak memory is this process's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import tempfile
 from pathlib import Path
@@ -45,15 +51,21 @@ def scale_run(clients: int, args: argparse.Namespace, env: dict, home: Path) -> 
         "messages-in-flight": args.messages_in_flight,
         "output-dir": str(out),
     }
-    rss = PeakRss(home)
-    rss.start()
-    run = run_app(cfg, clients, env, cpus_per_client=1, timeout=3 * 3600)
-    rss.stop.set()
-    if not run.ok:
-        raise SystemExit(f"{clients} clients: run {run.status}:\n{run.log[-3000:]}")
+    if args.engine == "inprocess":
+        from devtools.inprocess import run_inprocess
+
+        s, _ = run_inprocess({**cfg, "client-threads": 1}, clients)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # ever, this process
+    else:
+        rss = PeakRss(home)
+        rss.start()
+        run = run_app(cfg, clients, env, cpus_per_client=1, timeout=3 * 3600)
+        rss.stop.set()
+        if not run.ok:
+            raise SystemExit(f"{clients} clients: run {run.status}:\n{run.log[-3000:]}")
+        s, peak = run.summary, rss.peak
     rounds = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
     later = rounds[1:] or rounds
-    s = run.summary
     return {
         "clients": clients,
         "q": SAMPLED / clients,
@@ -61,7 +73,7 @@ def scale_run(clients: int, args: argparse.Namespace, env: dict, home: Path) -> 
         "seconds_first_round": rounds[0]["seconds"],
         "seconds_before_round_1": s["seconds_training"] - s["seconds_per_round"] * s["rounds"],
         "seconds_personalize": s["seconds_personalize"],
-        "peak_rss_gib": rss.peak / 2**30,
+        "peak_rss_gib": peak / 2**30,
         "accuracy": s["mean_accuracy"],
         "clients_evaluated": s["num_clients_evaluated"],
     }
@@ -78,6 +90,7 @@ def main() -> None:
     parser.add_argument(
         "--messages-in-flight", type=int, default=0, help="the run-config key; 0: all at once"
     )
+    parser.add_argument("--engine", choices=("flwr", "inprocess"), default="flwr")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="bench-scale-home-"))
@@ -91,7 +104,7 @@ def main() -> None:
         stop_local_superlink(home)
     print(f"{args.method}, {SAMPLED} clients per round, batch 16, 5 local epochs, "
           f"Dir({args.alpha}), {args.rounds} rounds, messages-in-flight="
-          f"{args.messages_in_flight}")  # fmt: skip
+          f"{args.messages_in_flight}, engine {args.engine}")  # fmt: skip
     for r in results:
         print(f"{r['clients']:5d} clients (q={r['q']:.2f}): {r['seconds_per_round']:.1f} s/round, "
               f"{r['seconds_before_round_1']:.0f} s before round 1, Phase 2 "
