@@ -3,19 +3,27 @@
 Messages (`wire`): `query` (which client is this, how much data), `train` (one round of Phase 1
 or of a baseline), `train.personalize` (the final personalize-and-evaluate round). The run's
 settings come from `context.run_config`; messages carry the arrays and the round only.
+
+A SuperNode's `--node-config` says which client it is and where its data is (`node_data`): a
+partition of the run's dataset (`partition-id`, `num-partitions`, optionally `dataset`, its own
+copy of it) or the device's own samples (`data-path`).
 """
 
 from __future__ import annotations
 
+import time
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from . import wire
-from .data import Protocol, load_client_data
+from .config import ConfigError, RunConfig
+from .data import ClientData, DeviceData, Protocol, load_client_data, load_device_data
 from .methods import ClientPlugin, ClientRun, ClientState, parse_run_config
 from .models import Model
 from .replies import personalize_reply, received, train_reply
@@ -23,16 +31,55 @@ from .training import pick_device, set_threads
 
 app = ClientApp()
 
+DATA_PATH = "data-path"  # node-config: the device's own data (`data.DeviceData`)
+DATASET = "dataset"  # node-config: this SuperNode's own copy of the run's dataset
 
-def _client(msg: Message, context: Context, purpose: str) -> tuple[int, ClientPlugin, ClientRun]:
-    """This client's partition id, its method's plug-in, and its data and state."""
+
+def node_data(cfg: RunConfig, node: Mapping[str, Any]) -> tuple[int, int, ClientData]:
+    """(client id, num-partitions, data) of the SuperNode with node-config `node`.
+
+    With `data-path`, the device's own samples; its client id (the order clients are sampled
+    in, the seed of its split and messages, its `client-state-dir` file, its summary row) is
+    `partition-id` when given, else a hash of the data path (duplicates are refused by the
+    server: give such devices distinct partition-ids); `num-partitions` is the federation's
+    size when given, else 0 (the run then needs `min-nodes`). Without it, partition
+    `partition-id` of `num-partitions` of the run's dataset (or the node's `dataset` copy).
+    """
+    if DATA_PATH in node:
+        if DATASET in node:
+            raise ConfigError(f"node-config gives both {DATA_PATH} and {DATASET}: keep one")
+        if cfg.corruption != "none" or cfg.protocol != "standard":
+            raise ConfigError(
+                "corruption and protocol='generalization' assign clients by partition; a device "
+                f"with its own data ({DATA_PATH}) needs corruption='none', protocol='standard'"
+            )
+        path = str(node[DATA_PATH])
+        cid = int(node.get(wire.PARTITION_ID, zlib.crc32(path.encode()) & 0x7FFFFFFF))
+        num = int(node.get(wire.NUM_PARTITIONS, 0))
+        return cid, num, load_device_data(DeviceData.of(cfg, path, cid))
+    if wire.PARTITION_ID not in node or wire.NUM_PARTITIONS not in node:
+        raise ConfigError(
+            f"node-config {dict(node)} names no data: give partition-id and num-partitions (a "
+            f"partition of the run's dataset) or {DATA_PATH} (the device's own data)"
+        )
+    pid, num = int(node[wire.PARTITION_ID]), int(node[wire.NUM_PARTITIONS])
+    dataset = str(node.get(DATASET, cfg.dataset))
+    return pid, num, load_client_data(Protocol.of(cfg, num, dataset), pid)
+
+
+Client = tuple[int, int, ClientPlugin, ClientRun, float]
+
+
+def _client(msg: Message, context: Context, purpose: str) -> Client:
+    """This client's id, num-partitions, its method's plug-in, its data and state, and the
+    seconds its data took to be ready (decoded, or read from the cache)."""
     cfg, method, settings = parse_run_config(context.run_config)
     set_threads(cfg.client_threads)
-    node = context.node_config
-    pid, num = int(node[wire.PARTITION_ID]), int(node[wire.NUM_PARTITIONS])
-    dataset = str(node.get("dataset", cfg.dataset))  # a SuperNode may hold its own copy
+    started = time.perf_counter()
+    pid, num, data = node_data(cfg, context.node_config)
+    seconds = time.perf_counter() - started
     device = pick_device(cfg.device)
-    data = load_client_data(Protocol.of(cfg, num, dataset), pid).to(device)
+    data = data.to(device)
     config = msg.content.config_records.get(wire.CONFIG, {})  # query messages carry none
     server_round = int(config.get(wire.ROUND, 0))
     seed = zlib.crc32(f"{cfg.seed}/{server_round}/{pid}/{purpose}".encode())
@@ -41,7 +88,7 @@ def _client(msg: Message, context: Context, purpose: str) -> tuple[int, ClientPl
     path = Path(cfg.client_state_dir) / f"client-{pid}.pt" if cfg.client_state_dir else None
     state = ClientState(context.state, path, server_round)
     run = ClientRun(cfg, data, state, rng, device, server_round=server_round)
-    return pid, method.plugin(settings), run
+    return pid, num, method.plugin(settings), run, seconds
 
 
 def _model(msg: Message, plugin: ClientPlugin, run: ClientRun) -> Model:
@@ -62,11 +109,14 @@ def _sizes(run: ClientRun) -> dict[str, int]:
 @app.query()
 def query(msg: Message, context: Context) -> Message:
     """Report identity and data sizes (the server checks the federation before round 1)."""
-    pid, _, run = _client(msg, context, "query")
+    pid, num, _, run, seconds = _client(msg, context, "query")
     metrics = {
         wire.PARTITION_ID: pid,
-        wire.NUM_PARTITIONS: int(context.node_config[wire.NUM_PARTITIONS]),
+        wire.NUM_PARTITIONS: num,
         wire.NUM_CLASSES_PRESENT: int(torch.unique(run.data.y_train).numel()),
+        wire.NUM_CLASSES: run.data.num_classes,
+        wire.IMAGE_SHAPE: list(run.data.x_train.shape[1:]),
+        wire.DATA_SECONDS: seconds,
         **_sizes(run),
     }
     return Message(RecordDict({wire.METRICS: MetricRecord(metrics)}), reply_to=msg)
@@ -75,17 +125,18 @@ def query(msg: Message, context: Context) -> Message:
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """One local round of the configured method; sends only what the method shares."""
-    _, plugin, run = _client(msg, context, "train")
+    _, _, plugin, run, seconds = _client(msg, context, "train")
     model = _model(msg, plugin, run)
     model.train()
     reply = plugin.train(model, run)
-    metrics = {**reply.metrics, wire.NUM_EXAMPLES: len(run.data.y_train)}
+    metrics = {**reply.metrics, wire.NUM_EXAMPLES: len(run.data.y_train),
+               wire.DATA_SECONDS: seconds}  # fmt: skip
     return train_reply(msg, reply.arrays, metrics, reply.extras)
 
 
 @app.train(wire.PERSONALIZE)
 def personalize(msg: Message, context: Context) -> Message:
     """Final round on every client: personalize with the method's rule, evaluate on test."""
-    pid, plugin, run = _client(msg, context, "personalize")
+    pid, _, plugin, run, _ = _client(msg, context, "personalize")
     metrics = plugin.personalize(_model(msg, plugin, run), run)
     return personalize_reply(msg, {**metrics, **_sizes(run), wire.PARTITION_ID: pid})

@@ -87,6 +87,7 @@ class RunConfig(Settings):
     preset: str = ""  # presets.py: a paper table's keys in place of the defaults
     method: str = "pfedgm"
     dataset: str = "uoft-cs/cifar10"
+    classes: str = ""  # the model's classes in order, 'a,b,...'; empty: the dataset's (data.py)
     dirichlet_alpha: float = above(0, 0.5)
     num_server_rounds: int = at_least(1, 200)
     fraction_train: float = 0.3
@@ -117,6 +118,7 @@ class RunConfig(Settings):
         super().validate(self)
         if not self.dataset:
             raise ConfigError("dataset is empty; give a hub id or a local path")
+        parse_classes(self.classes)
         if not math.isfinite(self.dirichlet_alpha):
             raise ConfigError(f"dirichlet-alpha must be > 0, got {self.dirichlet_alpha}")
         if not 0 < self.fraction_train <= 1:
@@ -138,6 +140,17 @@ class RunConfig(Settings):
             )
         if not (self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+
+def parse_classes(classes: str) -> tuple[str, ...]:
+    """Run-config `classes` ('cat,dog,...', the model's classes in order) as a tuple; '' gives
+    () (the dataset's own classes)."""
+    if not classes.strip():
+        return ()
+    names = tuple(c.strip() for c in classes.split(","))
+    if "" in names or len(set(names)) < len(names):
+        raise ConfigError(f"classes must be distinct non-empty names, comma-separated: {classes!r}")
+    return names
 
 
 def _coerce(key: str, value: Any, kind: type) -> Any:

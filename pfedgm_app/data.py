@@ -2,7 +2,13 @@
 label partition -> seeded 80/20 split per client -> decoded tensors, cached once per client.
 
 The partition depends only on (dataset, number of clients, alpha, seed, minimum size), so a
-simulation and a deployment with the same settings see the same clients.
+simulation and a deployment with the same settings see the same clients. A device that holds
+its own data (`DeviceData`, a SuperNode's `data-path`) enters the same pipeline after the
+partition: its samples are pooled, split 80/20 with the client's seed and decoded the same way.
+
+Decoded clients are also kept on disk (`cache_dir()/clients`), keyed by the data's files and
+every setting they depend on: a deployment starts a fresh ClientApp process per message, which
+then reads its client's tensors instead of decoding the images again.
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ import hashlib
 import logging
 import math
 import os
+import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +29,7 @@ import pyarrow.parquet as pq
 import torch
 from flwr_datasets.partitioner import Partitioner
 
-from .config import CORRUPTION_ASSIGNMENTS, ConfigError, RunConfig
+from .config import CORRUPTION_ASSIGNMENTS, ConfigError, RunConfig, parse_classes
 from .corruptions import corrupt, corruption_pairs, find_shared
 from .models import BACKBONES
 
@@ -36,6 +44,28 @@ HUB_DATASETS: dict[str, tuple[str, str]] = {
     "zh-plus/tiny-imagenet": ("image", "label"),
 }
 GRAY_MODES = ("1", "L", "LA", "I", "I;16", "F")  # PIL modes without color
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+SPLIT_NAMES = ("train", "test", "valid", "validation")  # an image folder's split subfolders
+
+# The class lists of the hub datasets whose ClassLabel order is checked against a local copy
+# with the hub schema (../shared/data): devices with their own data agree with the model on
+# these by the dataset's name alone, without a copy of it.
+KNOWN_CLASSES: dict[str, tuple[str, ...]] = {
+    "uoft-cs/cifar10": ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
+                        "horse", "ship", "truck"),
+    "ylecun/mnist": tuple("0123456789"),
+    "uoft-cs/cifar100": tuple(
+        "apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus "
+        "butterfly camel can castle caterpillar cattle chair chimpanzee clock cloud cockroach "
+        "couch crab crocodile cup dinosaur dolphin elephant flatfish forest fox girl hamster "
+        "house kangaroo keyboard lamp lawn_mower leopard lion lizard lobster man maple_tree "
+        "motorcycle mountain mouse mushroom oak_tree orange orchid otter palm_tree pear "
+        "pickup_truck pine_tree plain plate poppy porcupine possum rabbit raccoon ray road "
+        "rocket rose sea seal shark shrew skunk skyscraper snail snake spider squirrel "
+        "streetcar sunflower sweet_pepper table tank telephone television tiger tractor train "
+        "trout tulip turtle wardrobe whale willow_tree wolf woman worm".split()
+    ),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -48,6 +78,7 @@ class PoolInfo:
     label_column: str
     num_classes: int
     image_shape: tuple[int, int, int]
+    labels: np.ndarray  # int64, every row's label as the dataset stores it
 
 
 @dataclass
@@ -117,6 +148,8 @@ def _load_pool(source: str) -> PoolInfo:
     splits = _load_splits(source)
     order = [s for s in ("train", "test") if s in splits] + sorted(set(splits) - {"train", "test"})
     pool = datasets.concatenate_datasets([splits[s] for s in order])
+    if len(pool) == 0:
+        raise ConfigError(f"{source!r} holds no samples")
     image_col, label_col = _columns(source, pool.features)
     label_feature = pool.features[label_col]
     labels = np.asarray(pool[label_col], dtype=np.int64)
@@ -138,7 +171,7 @@ def _load_pool(source: str) -> PoolInfo:
             "TinyImageNet 64x64 color)"
         )
     log.info("Loaded %s: %d images, %d classes, shape %s", source, len(pool), num_classes, shape)
-    return PoolInfo(source, pool, image_col, label_col, num_classes, shape)
+    return PoolInfo(source, pool, image_col, label_col, num_classes, shape, labels)
 
 
 def _image_shape(pool: datasets.Dataset, image_col: str) -> tuple[int, int, int]:
@@ -175,11 +208,65 @@ def _load_splits(source: str) -> datasets.DatasetDict:
         except Exception as exc:  # noqa: BLE001 - a bad row group surfaces as many kinds
             raise ConfigError(f"{source}: could not read its parquet files ({exc})") from exc
     if path.is_dir() and any(p.is_dir() for p in path.iterdir()):
-        return datasets.load_dataset("imagefolder", data_dir=str(path))
+        return _image_folder(path)
     raise ConfigError(
         f"{source!r} holds neither parquet splits (*.parquet) nor an image folder "
-        "(one subfolder per split or class)"
+        "(one subfolder per class, optionally inside split subfolders train/, test/)"
     )
+
+
+def _image_folder(path: Path) -> datasets.DatasetDict:
+    """An image folder as splits of (`image`, `label`): one subfolder per class, named as the
+    class, optionally inside split subfolders (`SPLIT_NAMES`). Read here rather than by
+    `datasets`' imagefolder, which drops the labels of a folder holding a single class (a device
+    under strong label skew does)."""
+    subfolders = sorted(p for p in path.iterdir() if p.is_dir())
+    split = bool(subfolders) and all(p.name in SPLIT_NAMES for p in subfolders)
+    roots = {p.name: p for p in subfolders} if split else {"train": path}
+    classes = sorted({c.name for r in roots.values() for c in r.iterdir() if c.is_dir()})
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(
+        names=classes)})  # fmt: skip
+    splits = {}
+    for name, root in roots.items():
+        stray = [f.name for f in root.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES]
+        if stray:
+            raise ConfigError(f"{root}: images outside a class subfolder ({stray[:3]})")
+        files = [(str(f), classes.index(c.name)) for c in sorted(root.iterdir()) if c.is_dir()
+                 for f in sorted(c.iterdir()) if f.suffix.lower() in IMAGE_SUFFIXES]  # fmt: skip
+        images, labels = zip(*files, strict=True) if files else ((), ())
+        splits[name] = datasets.Dataset.from_dict(
+            {"image": list(images), "label": list(labels)}, features=features
+        )
+    return datasets.DatasetDict(splits)
+
+
+def run_classes(classes: str, dataset: str) -> tuple[str, ...]:
+    """The run's label set, in the model's order: run-config `classes` when given, else the
+    class names of `dataset` (a hub id of `KNOWN_CLASSES`, or a local copy's schema or class
+    subfolders, read without decoding any image). Devices map their labels onto it by name."""
+    if names := parse_classes(classes):
+        return names
+    hint = (f"give run-config classes='name0,name1,...' (the model's classes, in order) or a "
+            f"dataset whose class list is known ({sorted(KNOWN_CLASSES)})")  # fmt: skip
+    try:
+        source = resolve_dataset(dataset)
+    except ConfigError as exc:
+        raise ConfigError(f"the run's class list comes from dataset: {exc}; or {hint}") from exc
+    if source in KNOWN_CLASSES:
+        return KNOWN_CLASSES[source]
+    path = Path(source)
+    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+    if path.exists() and files and all(f.suffix == ".parquet" for f in files):
+        try:
+            features = datasets.Features.from_arrow_schema(pq.read_schema(files[0]))
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds
+            raise ConfigError(f"{files[0]}: not a readable parquet file ({exc})") from exc
+        label = features[_columns(source, features)[1]]
+        if isinstance(label, datasets.ClassLabel):
+            return tuple(label.names)
+    elif path.is_dir():  # an image folder: its class subfolders (every split has them all)
+        return tuple(next(iter(_image_folder(path).values())).features["label"].names)
+    raise ConfigError(f"dataset {dataset!r} names no class list: {hint}")
 
 
 def _columns(source: str, features: datasets.Features) -> tuple[str, str]:
@@ -304,7 +391,8 @@ class Protocol:
     """What fixes the clients: the same Protocol gives the same partition everywhere.
 
     `pool_size` > 0 keeps a seeded random subset of that many pooled samples (quick runs and
-    tests); 0 keeps all of them, as the paper does.
+    tests); 0 keeps all of them, as the paper does. `classes` (run-config `classes`) maps the
+    dataset's labels by name onto that class list; () keeps the dataset's own.
     """
 
     dataset: str
@@ -317,6 +405,7 @@ class Protocol:
     corruption: str = "none"  # CIFAR-10S / 100S assignment: none, 50C, 100C
     frost_dir: str = ""
     protocol: str = "standard"  # or "generalization": see `trains`, `evaluated`, `pair`
+    classes: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, cfg: RunConfig, num_partitions: int, dataset: str | None = None) -> Protocol:
@@ -333,6 +422,7 @@ class Protocol:
             cfg.corruption,
             cfg.frost_dir,
             cfg.protocol,
+            parse_classes(cfg.classes),
         )
 
     # The paper's new-client generalization protocol (100 clients, Dir(0.5)): clients 0..49
@@ -382,7 +472,13 @@ def client_split(protocol: Protocol, partition_id: int) -> tuple[np.ndarray, np.
     """(train, test) pool indices of one client; the partition is computed once per process,
     and a client's split alone (loading one client costs the same with 100 or 1000 clients)."""
     idx = _partition(protocol)[partition_id]
-    return split_train_test(idx, protocol.test_fraction, protocol.seed * 100_003 + partition_id)
+    return split_train_test(idx, protocol.test_fraction, split_seed(protocol.seed, partition_id))
+
+
+def split_seed(seed: int, client_id: int) -> int:
+    """The seed of a client's 80/20 split: a device holding exactly a partition's samples (in
+    pool order) under that partition's id gets the partition's train and test sets."""
+    return seed * 100_003 + client_id
 
 
 def _partition(protocol: Protocol) -> list[np.ndarray]:
@@ -411,34 +507,187 @@ def _partition(protocol: Protocol) -> list[np.ndarray]:
 
 
 def load_client_data(protocol: Protocol, partition_id: int) -> ClientData:
-    """Decoded tensors of one client (decoded once per process, then served from memory), its
-    images corrupted as the protocol assigns (`Protocol.pair`)."""
+    """Decoded tensors of one client, its images corrupted as the protocol assigns
+    (`Protocol.pair`): decoded once, then served from memory in this process and from the disk
+    cache in later ones."""
     if not 0 <= partition_id < protocol.num_partitions:
         raise ConfigError(f"partition-id {partition_id} outside [0, {protocol.num_partitions})")
     key = (protocol, partition_id)
     if key not in _CLIENTS:
-        pool = load_pool(protocol.dataset)
-        pair = protocol.pair(partition_id)
-        if pair is not None and pool.image_shape[0] != 3:
-            what = "protocol='generalization'" if protocol.protocol != "standard" else (
-                f"corruption={protocol.corruption!r}")  # fmt: skip
-            raise ConfigError(f"{what} needs color images (it corrupts as CIFAR-10S does)")
-        parts, splits = [], client_split(protocol, partition_id)
-        for split, indices in zip(("train", "test"), splits, strict=True):
-            if pair is None:
-                x = pixels(pool, indices)
-            else:  # a client's train and test images get the same pair
-                seed = zlib.crc32(f"{protocol.seed}/{partition_id}/{split}".encode())
-                x = corrupted(pool, indices, pair, seed, protocol.frost_dir)
-            parts += [to_tensor(x, pool.image_shape), labels(pool, indices)]
-        _CLIENTS[key] = ClientData(*parts, num_classes=pool.num_classes)
+        source = resolve_dataset(protocol.dataset)
+        parts = ("partition", source, _fingerprint(source), protocol, partition_id)
+        _CLIENTS[key] = _client_cache(parts, lambda: _decode_partition(protocol, partition_id))
     return _CLIENTS[key]
 
 
-def labels(pool: PoolInfo, indices: np.ndarray) -> torch.Tensor:
-    """int64 labels of the pool's rows `indices`."""
-    rows = pool.dataset.select(indices)
-    return torch.as_tensor(np.asarray(rows[pool.label_column]), dtype=torch.int64)
+def _decode_partition(protocol: Protocol, partition_id: int) -> dict[str, np.ndarray]:
+    pool = load_pool(protocol.dataset)
+    pair = protocol.pair(partition_id)
+    if pair is not None and pool.image_shape[0] != 3:
+        what = "protocol='generalization'" if protocol.protocol != "standard" else (
+            f"corruption={protocol.corruption!r}")  # fmt: skip
+        raise ConfigError(f"{what} needs color images (it corrupts as CIFAR-10S does)")
+    classes = protocol.classes or _names(pool)
+    y = map_labels(pool, classes) if protocol.classes else pool.labels
+    arrays = {"image_shape": np.array(pool.image_shape), "num_classes": np.array(len(classes))}
+    for split, indices in zip(("train", "test"), client_split(protocol, partition_id), strict=True):
+        if pair is None:
+            x = pixels(pool, indices)
+        else:  # a client's train and test images get the same pair
+            seed = zlib.crc32(f"{protocol.seed}/{partition_id}/{split}".encode())
+            x = corrupted(pool, indices, pair, seed, protocol.frost_dir)
+        arrays[f"x_{split}"], arrays[f"y_{split}"] = x, y[indices]
+    return arrays
+
+
+@dataclass(frozen=True)
+class DeviceData:
+    """A device's own samples (a SuperNode's `data-path`): a parquet file or folder of parquet
+    splits with the hub schema, or an image folder (one subfolder per class). No partition: all
+    its samples are pooled (splits in the order train, test, others) and split 80/20 with the
+    client's seed (`split_seed`), and their labels are mapped by name onto the run's `classes`,
+    so that devices holding only some classes still agree with the model on every label.
+    """
+
+    path: str
+    classes: tuple[str, ...]
+    client_id: int
+    seed: int = 0
+    test_fraction: float = 0.2
+    min_train: int = 50
+
+    @classmethod
+    def of(cls, cfg: RunConfig, path: str, client_id: int) -> DeviceData:
+        """The device data of run `cfg` at `path` (the class list from `run_classes`)."""
+        classes = run_classes(cfg.classes, cfg.dataset)
+        return cls(path, classes, client_id, cfg.seed, cfg.test_fraction, cfg.min_train_samples)
+
+
+def load_device_data(device: DeviceData) -> ClientData:
+    """Decoded tensors of a device's own data (`DeviceData`), cached as partitions are. Errors
+    name the data path and what to fix: missing, empty or unreadable data, labels outside the
+    run's classes, fewer than `min_train` training samples."""
+    key = ("device", device)
+    if key not in _CLIENTS:
+        path = Path(device.path).expanduser()
+        if not path.exists():
+            raise ConfigError(f"data-path {device.path!r} does not exist on this device")
+        parts = ("device", str(path.resolve()), _fingerprint(str(path.resolve())), device)
+        _CLIENTS[key] = _client_cache(parts, lambda: _decode_device(device, path.resolve()))
+    return _CLIENTS[key]
+
+
+def _decode_device(device: DeviceData, path: Path) -> dict[str, np.ndarray]:
+    what = f"data-path {device.path!r}"
+    try:
+        pool = load_pool(str(path))  # reads the first images: an unreadable one raises here
+    except (ConfigError, OSError) as exc:
+        raise ConfigError(f"{what}: {exc}") from exc
+    y = map_labels(pool, device.classes, what)
+    order = np.arange(len(pool.dataset))
+    train, test = split_train_test(
+        order, device.test_fraction, split_seed(device.seed, device.client_id)
+    )
+    if len(train) < device.min_train:
+        raise ConfigError(
+            f"{what}: {len(train)} training samples after the {1 - device.test_fraction:.0%} "
+            f"split, fewer than min-train-samples={device.min_train}; lower min-train-samples "
+            "or give the device more data"
+        )
+    try:
+        x_train, x_test = pixels(pool, train), pixels(pool, test)
+    except ConfigError as exc:
+        raise ConfigError(f"{what}: {exc}") from exc
+    return {
+        "image_shape": np.array(pool.image_shape),
+        "num_classes": np.array(len(device.classes)),
+        "x_train": x_train,
+        "y_train": y[train],
+        "x_test": x_test,
+        "y_test": y[test],
+    }
+
+
+def _names(pool: PoolInfo) -> tuple[str, ...]:
+    feature = pool.dataset.features[pool.label_column]
+    if isinstance(feature, datasets.ClassLabel):
+        return tuple(feature.names)
+    return tuple(str(k) for k in range(pool.num_classes))
+
+
+def map_labels(pool: PoolInfo, classes: tuple[str, ...], what: str = "") -> np.ndarray:
+    """Every row's label as an index into `classes`: by name when the dataset's label column is
+    a ClassLabel, else the stored integer, which must lie in [0, len(classes))."""
+    what = what or f"dataset {pool.source!r}"
+    feature = pool.dataset.features[pool.label_column]
+    used = np.unique(pool.labels)
+    if isinstance(feature, datasets.ClassLabel):
+        index = {name: i for i, name in enumerate(classes)}
+        unknown = sorted({feature.names[k] for k in used} - set(index))
+        if unknown:
+            raise ConfigError(
+                f"{what}: labels {unknown} are not among the run's {len(classes)} classes "
+                f"({_shown(classes)}); set run-config classes (or dataset) to the class list "
+                "every device shares, or remove them from this device's data"
+            )
+        return np.array([index.get(name, -1) for name in feature.names], np.int64)[pool.labels]
+    outside = used[(used < 0) | (used >= len(classes))]
+    if len(outside):
+        raise ConfigError(
+            f"{what}: labels {outside.tolist()} lie outside the run's {len(classes)} classes "
+            f"(0..{len(classes) - 1}); set run-config classes to the class list every device "
+            "shares, or remove them from this device's data"
+        )
+    return pool.labels
+
+
+def _shown(names: tuple[str, ...]) -> str:
+    return ", ".join(names) if len(names) <= 12 else f"{', '.join(names[:10])}, ..., {names[-1]}"
+
+
+def _fingerprint(source: str) -> tuple:
+    """(name, size, modification time) of every file of a local source, which a cached client
+    must match; a hub id stands for itself."""
+    path = Path(source)
+    if not path.exists():
+        return (source,)
+    files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
+    return tuple((str(f.relative_to(path.parent)), st.st_size, st.st_mtime_ns)
+                 for f in files for st in [f.stat()])  # fmt: skip
+
+
+def _client_cache(parts: tuple, decode: Callable[[], dict[str, np.ndarray]]) -> ClientData:
+    """A client's data from `cache_dir()/clients/<hash of parts>.npz` (uint8 images, labels),
+    or decoded by `decode` and written there atomically; `parts` holds everything the data
+    depends on (the files' sizes and times, the protocol or device settings, the class list)."""
+    digest = hashlib.sha256(repr((CACHE_VERSION, *parts)).encode()).hexdigest()[:32]
+    path = cache_dir() / "clients" / f"{digest}.npz"
+    arrays = None
+    if path.exists():
+        try:
+            with np.load(path) as stored:
+                arrays = {k: stored[k] for k in stored.files}
+        except (OSError, ValueError, zipfile.BadZipFile) as exc:
+            log.warning("unreadable cached client %s (%s): decoding again", path, exc)
+    if arrays is None:
+        arrays = decode()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two ClientApps may write at once
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        tmp.replace(path)
+    return _client_data(arrays)
+
+
+def _client_data(arrays: dict[str, np.ndarray]) -> ClientData:
+    shape = tuple(int(d) for d in arrays["image_shape"])
+    return ClientData(
+        to_tensor(arrays["x_train"], shape),
+        torch.from_numpy(arrays["y_train"].astype(np.int64)),
+        to_tensor(arrays["x_test"], shape),
+        torch.from_numpy(arrays["y_test"].astype(np.int64)),
+        num_classes=int(arrays["num_classes"]),
+    )
 
 
 def pixels(pool: PoolInfo, indices: np.ndarray) -> np.ndarray:
@@ -468,7 +717,7 @@ def to_tensor(x: np.ndarray, image_shape: tuple[int, int, int]) -> torch.Tensor:
 
 
 # -- CIFAR-10S / CIFAR-100S: environmental heterogeneity (the paper, after pFedFDA) -------------
-CACHE_VERSION = 1  # bump when `corruptions` changes what it computes
+CACHE_VERSION = 1  # bump when `corruptions` or the decoding changes what they compute
 
 
 def corruption_pair(assignment: str, partition_id: int) -> tuple[str, int] | None:
@@ -486,7 +735,8 @@ def corruption_pair(assignment: str, partition_id: int) -> tuple[str, int] | Non
 
 
 def cache_dir() -> Path:
-    """Where corrupted images are kept: $PFEDGM_CACHE_DIR, else ~/.cache/pfedgm."""
+    """Where decoded clients and corrupted images are kept: $PFEDGM_CACHE_DIR, else
+    ~/.cache/pfedgm (delete it to reclaim the space; entries are rebuilt when needed)."""
     return Path(os.environ.get("PFEDGM_CACHE_DIR") or Path.home() / ".cache" / "pfedgm")
 
 

@@ -4,8 +4,9 @@ partition and data sizes (`query` messages), and refuses a federation that canno
 
 from __future__ import annotations
 
+import re
 import time
-from logging import INFO
+from logging import INFO, WARNING
 
 from flwr.app import Message, MessageType, RecordDict
 from flwr.common import log
@@ -15,7 +16,9 @@ from . import wire
 from .config import ConfigError, RunConfig
 
 
-def discover_clients(grid: Grid, cfg: RunConfig) -> dict[int, dict]:
+def discover_clients(
+    grid: Grid, cfg: RunConfig, failed: dict[int, str] | None = None
+) -> dict[int, dict]:
     """Query every SuperNode for its partition; wait until `num-partitions` of them answered
     (with `min-nodes` N > 0: until N answered, a deployment whose devices come and go).
     Returns {node id: its query metrics}.
@@ -24,23 +27,33 @@ def discover_clients(grid: Grid, cfg: RunConfig) -> dict[int, dict]:
     them take minutes), so each query waits up to `round-timeout`, and `node-wait-timeout`
     counts only the time in which no new SuperNode answers. Raises ConfigError when fewer
     SuperNodes than needed answer by then, when they disagree on `num-partitions`, or share
-    a `partition-id`.
+    a `partition-id`. A node that cannot take part (its data missing, unreadable, of labels
+    outside the run's classes: `query_new_nodes`) ends the run, or with `min-nodes` is left
+    out and recorded in `failed` ({node id: why}).
     """
+    failed = {} if failed is None else failed
     deadline = time.time() + cfg.node_wait_timeout
     infos: dict[int, dict] = {}
     while True:
-        if query_new_nodes(grid, cfg, infos):
+        if query_new_nodes(grid, cfg, infos, failed):
             deadline = time.time() + cfg.node_wait_timeout  # progress: wait afresh for the rest
         expected = _num_partitions(infos)
+        if expected == 0 and not cfg.min_nodes:
+            raise ConfigError(
+                "SuperNodes hold their own data (data-path) without num-partitions: set "
+                "min-nodes=N (start once N answered), or give each node num-partitions and its "
+                "partition-id 0..num-partitions-1"
+            )
         needed = cfg.min_nodes or expected
         if needed is not None and len(infos) >= needed:
             break
         if time.time() > deadline:
+            left_out = "".join(f"; left out: node {n}: {why}" for n, why in failed.items())
             raise ConfigError(
                 f"fewer SuperNodes than needed: {len(infos)} connected, "
                 + (f"min-nodes={cfg.min_nodes}" if cfg.min_nodes else f"num-partitions={expected}")
                 + ". Start one SuperNode per partition (or lower num-partitions or min-nodes), "
-                "or raise node-wait-timeout."
+                "or raise node-wait-timeout" + left_out
             )
         time.sleep(1)
     ids = sorted(int(i[wire.PARTITION_ID]) for i in infos.values())
@@ -48,31 +61,77 @@ def discover_clients(grid: Grid, cfg: RunConfig) -> dict[int, dict]:
         raise ConfigError(f"SuperNodes must hold partition-ids 0..{expected - 1}, got {ids}")
     sizes = sorted(int(i[wire.NUM_EXAMPLES]) for i in infos.values())
     tests = sum(int(i[wire.NUM_TEST]) for i in infos.values())
-    log(INFO, "pFedGM app: %d clients, train sizes min/median/max %d/%d/%d, %d samples in all",
-        len(ids), sizes[0], sizes[len(sizes) // 2], sizes[-1], sum(sizes) + tests)  # fmt: skip
+    ready = max(float(i.get(wire.DATA_SECONDS, 0.0)) for i in infos.values())
+    log(INFO, "pFedGM app: %d clients, train sizes min/median/max %d/%d/%d, %d samples in all; "
+        "data ready in at most %.1f s", len(ids), sizes[0], sizes[len(sizes) // 2], sizes[-1],
+        sum(sizes) + tests, ready)  # fmt: skip
     return infos
 
 
-def query_new_nodes(grid: Grid, cfg: RunConfig, infos: dict[int, dict]) -> list[int]:
-    """Ask the connected SuperNodes not in `infos` for their partition and data sizes, add
-    their answers to `infos` (checked: one num-partitions, distinct partition-ids); returns
-    the nodes added."""
-    new = [n for n in grid.get_node_ids() if n not in infos]
+def query_new_nodes(
+    grid: Grid, cfg: RunConfig, infos: dict[int, dict], failed: dict[int, str] | None = None
+) -> list[int]:
+    """Ask the connected SuperNodes not in `infos` (nor in `failed`) for their partition and
+    data, add their answers to `infos` (checked: one num-partitions, distinct partition-ids,
+    one model input: image shape and classes); returns the nodes added.
+
+    A node that answers with an error (its ClientApp raised, e.g. its data is missing or has
+    labels outside the run's classes) or with another model input ends the run, unless
+    `min-nodes` is set: then it is logged, recorded in `failed` and never asked again.
+    """
+    failed = {} if failed is None else failed
+    new = [n for n in grid.get_node_ids() if n not in infos and n not in failed]
     messages = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY) for n in new]
     added, held = [], {int(i[wire.PARTITION_ID]) for i in infos.values()}
     for reply in grid.send_and_receive(messages, timeout=cfg.round_timeout) if new else []:
         node = reply.metadata.src_node_id
-        if reply.has_error():
-            raise ConfigError(f"SuperNode {node} could not load its data: {reply.error.reason}")
-        info = dict(reply.content[wire.METRICS])
+        info = {} if reply.has_error() else dict(reply.content[wire.METRICS])
+        problem = error_reason(reply) if reply.has_error() else _other_input(info, infos)
+        if problem:
+            if not cfg.min_nodes:
+                raise ConfigError(f"SuperNode {node} could not load its data: {problem}")
+            log(WARNING, "pFedGM app: SuperNode %d left out: %s", node, problem)
+            failed[node] = problem
+            continue
         pid = int(info[wire.PARTITION_ID])
         if pid in held:
-            raise ConfigError(f"two SuperNodes hold partition-id {pid}")
+            raise ConfigError(
+                f"two SuperNodes hold partition-id {pid}: give each its own partition-id in "
+                "--node-config (devices with their own data get one from their data-path's "
+                "name unless given)"
+            )
         held.add(pid)
         infos[node] = info
         added.append(node)
     _num_partitions(infos)
     return added
+
+
+def error_reason(reply: Message) -> str:
+    """A ClientApp's exception message from an error reply, without Flower's wrapping
+    ("<class 'X'>:<'message'>", and the simulation's ClientAppException preamble)."""
+    reason = reply.error.reason
+    match = re.fullmatch(r"<class '[^']*'>:<'(.*)'>", reason, flags=re.DOTALL)
+    reason = match.group(1) if match else reason
+    return reason.split("occurred. Message: ", 1)[-1].strip()
+
+
+def _other_input(info: dict, infos: dict[int, dict]) -> str | None:
+    """Why a node's data cannot feed the federation's model (None if it can)."""
+    if not infos:
+        return None
+    keys = (wire.IMAGE_SHAPE, wire.NUM_CLASSES)
+    ours, theirs = ([i.get(k) for k in keys] for i in (next(iter(infos.values())), info))
+    if theirs == ours:
+        return None
+    return (f"its data gives the model {theirs[0]} images and {theirs[1]} classes, the "
+            f"federation's give {ours[0]} and {ours[1]}")  # fmt: skip
+
+
+def model_input(clients: dict[int, dict]) -> tuple[tuple[int, int, int], int]:
+    """(image shape (C, H, W), number of classes) the clients' data gives the model."""
+    info = next(iter(clients.values()))
+    return tuple(int(d) for d in info[wire.IMAGE_SHAPE]), int(info[wire.NUM_CLASSES])
 
 
 def _num_partitions(infos: dict[int, dict]) -> int | None:

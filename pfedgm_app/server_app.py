@@ -18,8 +18,8 @@ from flwr.serverapp import Grid, ServerApp
 
 from . import wire
 from .config import ConfigError, RunConfig
-from .data import PoolInfo, Protocol, load_pool, resolve_dataset
-from .federation import discover_clients, partition_ranks, query_new_nodes
+from .data import Protocol, resolve_dataset
+from .federation import discover_clients, model_input, partition_ranks, query_new_nodes
 from .methods import Method, parse_run_config
 from .results import RunWriter, accuracy_by_type, evaluation_row
 from .strategies import (
@@ -42,9 +42,9 @@ def main(grid: Grid, context: Context) -> None:
         cfg = dataclasses.replace(cfg, dataset=resolve_dataset(cfg.dataset))
         if cfg.messages_in_flight:  # every exchange below, `messages-in-flight` at a time
             grid = WindowedGrid(grid, cfg.messages_in_flight)
-        pool = load_pool(cfg.dataset)
         writer = RunWriter.create(cfg, started)
-        clients = discover_clients(grid, cfg)
+        left_out: dict[int, str] = {}  # min-nodes: SuperNodes that could not take part, why
+        clients = discover_clients(grid, cfg, left_out)  # the clients load their data
     except ConfigError as exc:
         log(ERROR, "pFedGM app: %s", exc)
         raise
@@ -56,16 +56,16 @@ def main(grid: Grid, context: Context) -> None:
         trained = [node for node, pid in ranks.items() if protocol.trains(pid)]
 
     def take_in_new_nodes(grid: Grid) -> None:  # min-nodes: SuperNodes that joined since
-        added = query_new_nodes(grid, cfg, clients)
+        added = query_new_nodes(grid, cfg, clients, left_out)
         ranks.update({node: int(clients[node][wire.PARTITION_ID]) for node in added})
         if added:
             log(INFO, "pFedGM app: %d SuperNode(s) joined; %d known", len(added), len(ranks))
 
     refresh = take_in_new_nodes if cfg.min_nodes else None
-    evaluation = Evaluation(grid, cfg, protocol, ranks, refresh=refresh)
+    evaluation = Evaluation(grid, cfg, protocol, ranks, refresh=refresh, left_out=left_out)
     strategy = build_strategy(cfg, method, ranks, evaluation.round_hook(writer), trained, refresh)
     evaluation.strategy = strategy
-    initial = initial_arrays(cfg, method, pool)
+    initial = initial_arrays(cfg, method, *model_input(clients))
     if cfg.resume:
         initial = resume(cfg, writer, strategy, method, initial)
 
@@ -97,6 +97,7 @@ class Evaluation:
     ranks: dict[int, int]  # node id -> partition id
     strategy: PersonalizedFedAvg | None = None
     refresh: Callable[[Grid], None] | None = None  # min-nodes: take in SuperNodes that joined
+    left_out: dict[int, str] = dataclasses.field(default_factory=dict)  # node id -> why
 
     def run(
         self, arrays: ArrayRecord, server_round: int = 0
@@ -114,7 +115,8 @@ class Evaluation:
         outcome = self.strategy.personalize(
             self.grid, arrays, config, self.cfg.round_timeout, nodes
         )
-        if gone:  # the summary lists every known client that was not evaluated
+        gone += [f"node {n}: {why}" for n, why in self.left_out.items()]
+        if gone:  # the summary lists every client that was not evaluated, and why
             outcome = dataclasses.replace(outcome, failures=outcome.failures + gone)
         protocol, rows = self.protocol, outcome.clients
         if protocol.protocol == "standard" and protocol.corruption == "none":
@@ -161,10 +163,13 @@ def resume(
     return arrays
 
 
-def initial_arrays(cfg: RunConfig, method: Method, pool: PoolInfo) -> ArrayRecord:
-    """phi^0, psi^0, nu^0 (or the baseline's model), seeded by `seed`."""
+def initial_arrays(
+    cfg: RunConfig, method: Method, image_shape: tuple[int, int, int], num_classes: int
+) -> ArrayRecord:
+    """phi^0, psi^0, nu^0 (or the baseline's model), seeded by `seed`, for the clients' images
+    and classes (from their query replies: the server needs no copy of the data)."""
     torch.manual_seed(cfg.seed)
-    model = method.plugin().build_model(pool.image_shape, pool.num_classes)
+    model = method.plugin().build_model(image_shape, num_classes)
     return ArrayRecord(model.state_dict())
 
 

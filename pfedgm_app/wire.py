@@ -6,7 +6,7 @@ Messages and their records (R = RecordDict key):
 
 | message type           | server -> client                          | client -> server           |
 |------------------------|-------------------------------------------|----------------------------|
-| `query`                | (empty)                                   | METRICS: identity, sizes   |
+| `query`                | (empty)                                   | METRICS: identity, data    |
 | `train`                | ARRAYS, CONFIG (ROUND), EXTRAS (optional) | ARRAYS, METRICS, EXTRAS?   |
 | `train.personalize`    | ARRAYS, CONFIG, EXTRAS (optional)         | METRICS: ACCURACY, ...     |
 
@@ -33,6 +33,9 @@ ACCURACY = "accuracy"  # personalized test accuracy in [0, 1]
 PARTITION_ID = "partition-id"
 NUM_PARTITIONS = "num-partitions"
 NUM_CLASSES_PRESENT = "num-classes-present"
+NUM_CLASSES = "num-classes"  # the model's classes (the run's label set)
+IMAGE_SHAPE = "image-shape"  # [C, H, W] of the client's images: the server builds the model
+DATA_SECONDS = "data-seconds"  # seconds the message's ClientApp took to have its data ready
 
 # FedPAC's extras: client -> server statistics, server -> client global prototypes
 PROTOS = "protos"  # (K, d) class means

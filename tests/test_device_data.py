@@ -1,0 +1,281 @@
+"""Devices with their own data (node-config `data-path`) and the disk cache of decoded clients:
+loading, the run's class list, clear errors, discovery leaving a bad node out, and a
+deployment whose SuperNodes read their own folders."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import datasets
+import numpy as np
+import pytest
+import torch
+from flwr.app import Error, Message, MetricRecord, RecordDict
+
+import pfedgm_app.data as data
+from devtools.launch import offline_env, run_app, start_deployment, stop_local_superlink
+from pfedgm_app.client_app import node_data
+from pfedgm_app.config import ConfigError, RunConfig
+from pfedgm_app.data import (
+    KNOWN_CLASSES,
+    DeviceData,
+    Protocol,
+    client_split,
+    load_client_data,
+    load_device_data,
+    load_pool,
+    run_classes,
+)
+from pfedgm_app.federation import discover_clients, error_reason
+from tests.test_server import FakeGrid
+
+DIGITS = KNOWN_CLASSES["ylecun/mnist"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches(tmp_path, monkeypatch):
+    """Each test with its own disk cache and empty in-memory caches (a new process)."""
+    monkeypatch.setenv("PFEDGM_CACHE_DIR", str(tmp_path / "cache"))
+    data._CLIENTS.clear()
+    yield
+    data._CLIENTS.clear()
+
+
+@pytest.fixture(scope="session")
+def digits(mnist) -> datasets.Dataset:
+    """400 MNIST test images, every 25th (the copy is sorted by label: all ten classes)."""
+    test = datasets.load_dataset("parquet", data_files={"test": str(mnist / "test.parquet")})
+    return test["test"].select(range(0, 10_000, 25))
+
+
+def write_image_folder(rows: datasets.Dataset, root, names=None):
+    """PNG files in one subfolder per class (named by `names`, default the digit)."""
+    for i, row in enumerate(rows):
+        folder = root / (names or DIGITS)[row["label"]]
+        folder.mkdir(parents=True, exist_ok=True)
+        row["image"].save(folder / f"{i:04d}.png")
+    return root
+
+
+def device(path, client_id=0, classes=DIGITS, **kw) -> DeviceData:
+    return DeviceData(str(path), classes, client_id, **{"min_train": 10, **kw})
+
+
+def _equal(a, b) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(
+        (a.x_train, a.y_train, a.x_test, a.y_test), (b.x_train, b.y_train, b.x_test, b.y_test),
+        strict=True)) and a.num_classes == b.num_classes  # fmt: skip
+
+
+def test_a_device_holding_a_partition_is_that_partitions_client(tmp_path, mnist):
+    """A device whose parquet holds partition 2's samples (in pool order), with client id 2,
+    gets the same train and test tensors as partition 2 in simulation."""
+    protocol = Protocol(str(mnist), 4, 0.5, seed=1, min_train=10, pool_size=800)
+    rows = np.sort(np.concatenate(client_split(protocol, 2)))
+    (tmp_path / "dev").mkdir()
+    load_pool(str(mnist)).dataset.select(rows).to_parquet(str(tmp_path / "dev" / "d.parquet"))
+    mine = load_device_data(device(tmp_path / "dev", 2, seed=1))
+    assert _equal(mine, load_client_data(protocol, 2))
+
+
+def test_an_image_folder_maps_its_classes_onto_the_runs(tmp_path, digits):
+    """A device with two classes only: labels are indices into the run's ten, the model has
+    ten classes; split 80/20 (ceil), seeded by the client id; `classes` sets the order."""
+    rows = digits.filter(lambda label: label in (3, 7), input_columns="label")
+    folder = write_image_folder(rows, tmp_path / "img")
+    d = load_device_data(device(folder, 5))
+    n = len(rows)
+    assert (len(d.y_test), len(d.y_train)) == (int(np.ceil(0.2 * n)), n - int(np.ceil(0.2 * n)))
+    assert d.num_classes == 10 and set(d.y_train.tolist()) | set(d.y_test.tolist()) == {3, 7}
+    assert d.x_train.shape[1:] == (1, 28, 28) and -1 <= d.x_train.min() < d.x_train.max() <= 1
+    other = load_device_data(device(folder, 6))
+    assert not torch.equal(d.y_test, other.y_test) or not torch.equal(d.x_test, other.x_test)
+    swapped = load_device_data(device(folder, 5, classes=("7", "3")))
+    assert swapped.num_classes == 2 and torch.equal(swapped.y_train, (d.y_train == 3).long())
+
+
+def write_int_labels(root, labels):
+    """A parquet file whose label column holds plain integers (no ClassLabel names)."""
+    from PIL import Image
+
+    images = [Image.fromarray(np.zeros((28, 28), np.uint8))] * len(labels)
+    ds = datasets.Dataset.from_dict({"image": images, "label": labels})
+    root.mkdir(parents=True)
+    ds.cast_column("image", datasets.Image()).to_parquet(str(root / "train.parquet"))
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p, rows: None, "does not exist on this device"),
+        (lambda p, rows: p.mkdir(), "holds neither parquet splits"),
+        (lambda p, rows: (p / "3").mkdir(parents=True), "holds no samples"),
+        (lambda p, rows: write_image_folder(rows, p, [*DIGITS[:9], "cat"]),
+         "labels ['cat'] are not among the run's 10 classes"),
+        (lambda p, rows: write_int_labels(p, [0, 3, 12] * 20), "labels [12] lie outside"),
+        (lambda p, rows: (p.mkdir(), (p / "x.parquet").write_bytes(b"PAR1 not parquet")),
+         "not a readable parquet file"),
+        (lambda p, rows: (write_image_folder(rows.select(range(0, 400, 8)), p),
+                          (p / "4" / "x.png").write_bytes(b"?")),
+         "cannot identify image file"),
+        (lambda p, rows: write_image_folder(rows.select(range(10)), p),
+         "8 training samples after the 80% split, fewer than min-train-samples=10"),
+    ],
+)  # fmt: skip
+def test_bad_device_data_is_one_clear_error_naming_the_path(tmp_path, digits, make, message):
+    path = tmp_path / "data"
+    make(path, digits)
+    with pytest.raises(ConfigError) as err:
+        load_device_data(device(path))
+    assert message in str(err.value) and str(path) in str(err.value)
+
+
+def test_the_runs_class_list_comes_from_classes_or_the_dataset(mnist, tmp_path):
+    assert run_classes(" b, a ", "uoft-cs/cifar10") == ("b", "a")
+    assert run_classes("", "uoft-cs/cifar10")[:3] == ("airplane", "automobile", "bird")
+    assert run_classes("", str(mnist)) == DIGITS  # a local copy's schema, no image decoded
+    (tmp_path / "b").mkdir(), (tmp_path / "a").mkdir()  # an image folder's class subfolders
+    assert run_classes("", str(tmp_path)) == ("a", "b")
+    with pytest.raises(ConfigError, match="give run-config classes="):
+        run_classes("", "/not/on/this/device")
+    with pytest.raises(ConfigError, match="names no class list"):
+        run_classes("", "zh-plus/tiny-imagenet")
+    for bad in ("a,,b", "a,b,a"):
+        with pytest.raises(ConfigError, match="distinct non-empty names"):
+            RunConfig(classes=bad).validate()
+
+
+def test_node_config_names_the_client_and_its_data(tmp_path, digits):
+    folder = str(write_image_folder(digits.select(range(0, 400, 2)), tmp_path / "img"))
+    cfg = RunConfig(dataset="ylecun/mnist", min_train_samples=10)
+    cid, num, d = node_data(cfg, {"data-path": folder})
+    assert (cid, num) == (zlib.crc32(folder.encode()) & 0x7FFFFFFF, 0) and d.num_classes == 10
+    assert node_data(cfg, {"data-path": folder, "partition-id": 3, "num-partitions": 4})[:2] == (
+        3, 4)  # fmt: skip
+    with pytest.raises(ConfigError, match="names no data"):
+        node_data(cfg, {"num-partitions": 4})
+    with pytest.raises(ConfigError, match="needs corruption='none'"):
+        node_data(RunConfig(corruption="50C"), {"data-path": folder})
+
+
+def test_a_new_process_reads_the_cached_client_and_a_changed_key_decodes_again(
+    tmp_path, digits, monkeypatch
+):
+    """Decoded once: a fresh process (empty memory caches) reads the same tensors from disk
+    without decoding; a changed file, seed or class list decodes again."""
+    folder = write_image_folder(digits.select(range(0, 400, 4)), tmp_path / "img")
+    first = load_device_data(device(folder, 1))
+    decoded = []
+    real = data.pixels
+    monkeypatch.setattr(data, "pixels", lambda *a: decoded.append(1) or real(*a))
+
+    def again(**kw):
+        data._CLIENTS.clear()
+        data._POOLS.clear()
+        return load_device_data(device(folder, 1, **kw))
+
+    assert _equal(again(), first) and decoded == []
+    assert len(list((tmp_path / "cache" / "clients").glob("*.npz"))) == 1
+    again(seed=1)
+    assert len(decoded) == 2  # train and test
+    again(classes=("9", *DIGITS[:9]))
+    assert len(decoded) == 4
+    png = next(folder.rglob("*.png"))
+    png.write_bytes(png.read_bytes())  # same bytes, new modification time
+    assert _equal(again(), first) and len(decoded) == 6
+
+
+def test_partitioned_clients_are_cached_on_disk_too(mnist, monkeypatch):
+    protocol = Protocol(str(mnist), 4, 0.5, seed=2, min_train=10, pool_size=400)
+    first = load_client_data(protocol, 1)
+    data._CLIENTS.clear()
+
+    def refuse(*args):
+        raise AssertionError("the pool was loaded instead of the cached client read")
+
+    monkeypatch.setattr(data, "load_pool", refuse)
+    assert _equal(load_client_data(protocol, 1), first)
+    with pytest.raises(AssertionError, match="instead of the cached"):
+        load_client_data(Protocol(str(mnist), 4, 0.5, seed=2, min_train=10, pool_size=500), 1)
+
+
+class DeviceGrid(FakeGrid):
+    """FakeGrid whose replies also carry the model input; `inputs` overrides a node's."""
+
+    def __init__(self, partitions, failing=(), inputs=None):
+        super().__init__(partitions, failing)
+        self.inputs = inputs or {}
+
+    def send_and_receive(self, messages, timeout=None):
+        replies = super().send_and_receive(messages, timeout)
+        for reply in replies:
+            if not reply.has_error():
+                shape, k = self.inputs.get(reply.metadata.src_node_id, ([1, 28, 28], 10))
+                metrics = {**reply.content["metrics"], "image-shape": shape, "num-classes": k}
+                reply.content["metrics"] = MetricRecord(metrics)
+        return replies
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_with_min_nodes_a_node_that_cannot_take_part_is_left_out_and_recorded():
+    grid = DeviceGrid({1: (0, 0), 2: (1, 0), 3: (2, 0), 4: (3, 0)}, failing=[3],
+                      inputs={4: ([3, 32, 32], 10)})  # fmt: skip
+    failed = {}
+    infos = discover_clients(grid, RunConfig(min_nodes=2, node_wait_timeout=1), failed)
+    assert sorted(infos) == [1, 2]
+    assert failed[3] == "boom" and "gives the model [3, 32, 32] images" in failed[4]
+    with pytest.raises(ConfigError, match="SuperNode 3 could not load its data: boom"):
+        discover_clients(grid, RunConfig(node_wait_timeout=1))
+    with pytest.raises(ConfigError, match="set min-nodes=N"):
+        discover_clients(DeviceGrid({1: (0, 0)}), RunConfig(node_wait_timeout=1))
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_error_reasons_lose_flowers_wrapping():
+    request = Message(RecordDict(), dst_node_id=1, message_type="query")
+
+    def reply(reason):
+        return Message(Error(code=2, reason=reason), reply_to=request)
+
+    deployment = "<class 'pfedgm_app.config.ConfigError'>:<'data-path '/x' does not exist'>"
+    simulation = (
+        "<class 'flwr.clientapp.client_app.ClientAppException'>:<'\nException "
+        "ClientAppException occurred. Message: data-path '/x' does not exist'>"
+    )
+    assert error_reason(reply(deployment)) == error_reason(reply(simulation))
+    assert error_reason(reply(simulation)) == "data-path '/x' does not exist"
+
+
+@pytest.mark.e2e
+def test_deployment_of_devices_with_their_own_folders_leaves_out_a_bad_one(tmp_path, digits):
+    """Three SuperNodes, each told only where its data is (no partition, no central copy): a
+    parquet file, an image folder, and an image folder with a class the run does not have.
+    With `min-nodes=2` the run trains and evaluates the two good devices; the summary lists the
+    third with its error. Their later ClientApps read the decoded data from the disk cache."""
+    folders = tmp_path / "devices"
+    (folders / "a").mkdir(parents=True)
+    digits.select(range(0, 400, 2)).to_parquet(str(folders / "a" / "digits.parquet"))
+    write_image_folder(digits.select(range(1, 400, 2)), folders / "b")
+    write_image_folder(digits.select(range(0, 400, 10)), folders / "bad", [*DIGITS[:9], "cat"])
+    home = tmp_path / "flwr-home"
+    env = {**offline_env(home), "OMP_NUM_THREADS": "1", "PFEDGM_CACHE_DIR": str(tmp_path / "c")}
+    nodes = [f"data-path='{folders / name}'" for name in ("a", "b", "bad")]
+    deployment = start_deployment(home, nodes, env)
+    out = tmp_path / "out"
+    cfg = {"method": "fedavg", "dataset": "ylecun/mnist", "num-server-rounds": 1,
+           "local-epochs": 3, "learning-rate": 0.05, "fraction-train": 1.0, "min-nodes": 2,
+           "min-train-samples": 10, "client-threads": 1, "output-dir": str(out)}  # fmt: skip
+    try:
+        run = run_app(cfg, 3, env, timeout=600, federation=deployment.federation)
+    finally:
+        deployment.stop()
+        stop_local_superlink(home)
+    assert run.ok, run.log[-3000:]
+    summary = run.summary
+    assert summary["num_clients_evaluated"] == 2 and summary["mean_accuracy"] > 20, summary
+    [failure] = summary["failures"]
+    assert f"data-path '{folders / 'bad'}'" in failure and "labels ['cat']" in failure
+    [round_1] = [json.loads(r) for r in (out / "rounds.jsonl").read_text().splitlines()]
+    assert round_1["num-clients"] == 2 and "data-seconds" in round_1
+    assert len(list((tmp_path / "c" / "clients").glob("*.npz"))) == 2
