@@ -88,7 +88,7 @@ def figures(run, name: str) -> dict:
         "accuracy": run.summary["mean_accuracy"],
         "clients_evaluated": run.summary["num_clients_evaluated"],
         "data_seconds_query_max": float(query.group(1)) if query else None,
-        "data_seconds_train_mean": statistics.mean(r["data-seconds"] for r in rounds),
+        "data_seconds_train_mean": statistics.mean(r["seconds-data"] for r in rounds),
     }
 
 

@@ -99,7 +99,7 @@ def app_run(method: str, args: argparse.Namespace, env: dict, home: Path) -> dic
         "seconds_personalize": s["seconds_personalize"],
         "clients_per_round": per_round("num-clients"),
         "passes_per_round": per_round("num-examples-total") * args.epochs,
-        "setup": per_round("seconds-setup-total"),
+        "setup": per_round("seconds-data-total") + per_round("seconds-model-total"),
         "compute": per_round("seconds-compute-total"),
         "prototypes": per_round("seconds-prototypes-total"),
         "peak_rss_gib": rss.peak / 2**30,

@@ -124,13 +124,19 @@ def query(msg: Message, context: Context) -> Message:
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """One local round of the configured method; sends only what the method shares."""
+    """One local round of the configured method; sends only what the method shares. Its
+    metrics time the round's parts: `seconds-data` (data ready), `seconds-model` (model built
+    from the message) and `seconds-compute` (the method's round), which the server sums per
+    round (`benchmarks/bench_speed.py` splits a round with them)."""
     _, _, plugin, run, seconds = _client(msg, context, "train")
+    started = time.perf_counter()
     model = _model(msg, plugin, run)
     model.train()
+    ready = time.perf_counter()
     reply = plugin.train(model, run)
     metrics = {**reply.metrics, wire.NUM_EXAMPLES: len(run.data.y_train),
-               wire.DATA_SECONDS: seconds}  # fmt: skip
+               wire.DATA_SECONDS: seconds, "seconds-model": ready - started,
+               "seconds-compute": time.perf_counter() - ready}  # fmt: skip
     return train_reply(msg, reply.arrays, metrics, reply.extras)
 
 

@@ -14,6 +14,7 @@ then reads its client's tensors instead of decoding the images again.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import logging
 import math
 import os
@@ -22,16 +23,32 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import datasets
 import numpy as np
-import pyarrow.parquet as pq
 import torch
-from flwr_datasets.partitioner import Partitioner
 
 from .config import CORRUPTION_ASSIGNMENTS, ConfigError, RunConfig, parse_classes
 from .corruptions import corrupt, corruption_pairs, find_shared
 from .models import BACKBONES
+
+if TYPE_CHECKING:
+    import datasets
+    import pyarrow.parquet as pq
+else:
+
+    class _Lazy:
+        """A module imported on its first use: `datasets` and pyarrow take seconds to import,
+        and a ClientApp whose client is in the disk cache never needs them (a deployment
+        starts a fresh process for every message)."""
+
+        def __init__(self, name: str) -> None:
+            self._name = name
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(importlib.import_module(self._name), attr)
+
+    datasets, pq = _Lazy("datasets"), _Lazy("pyarrow.parquet")
 
 log = logging.getLogger(__name__)
 
@@ -292,57 +309,6 @@ def min_partition_size(min_train: int, test_fraction: float) -> int:
     return n
 
 
-class ResamplingDirichletPartitioner(Partitioner):
-    """Dirichlet(alpha) label partition that resamples until every client has `min_size`.
-
-    The rule of the pFedFDA / PFLlib partition code the paper follows: per class, draw client
-    proportions from Dir(alpha), give nothing more to a client already holding more than
-    N / num_partitions samples, and repeat the whole draw until the smallest client reaches
-    `min_size`. flwr-datasets' DirichletPartitioner stops after 10 attempts, which Dir(0.1)
-    with 100 clients and 63 samples each does not meet.
-    """
-
-    def __init__(
-        self,
-        num_partitions: int,
-        alpha: float,
-        partition_by: str = "label",
-        min_size: int = 10,
-        seed: int = 0,
-        max_attempts: int = 100_000,
-    ) -> None:
-        super().__init__()
-        if num_partitions < 1:
-            raise ConfigError(f"num-partitions must be >= 1, got {num_partitions}")
-        self._num_partitions = num_partitions
-        self.alpha = alpha
-        self.partition_by = partition_by
-        self.min_size = min_size
-        self.seed = seed
-        self.max_attempts = max_attempts
-        self._indices: list[np.ndarray] | None = None
-
-    @property
-    def num_partitions(self) -> int:
-        return self._num_partitions
-
-    def load_partition(self, partition_id: int) -> datasets.Dataset:
-        return self.dataset.select(self.partition_indices()[partition_id])
-
-    def partition_indices(self) -> list[np.ndarray]:
-        if self._indices is None:
-            labels = np.asarray(self.dataset[self.partition_by], dtype=np.int64)
-            self._indices = dirichlet_partition(
-                labels,
-                self._num_partitions,
-                self.alpha,
-                self.min_size,
-                self.seed,
-                self.max_attempts,
-            )
-        return self._indices
-
-
 def dirichlet_partition(
     labels: np.ndarray,
     num_partitions: int,
@@ -351,7 +317,16 @@ def dirichlet_partition(
     seed: int,
     max_attempts: int = 100_000,
 ) -> list[np.ndarray]:
-    """Index lists (sorted) of a Dirichlet label partition; see ResamplingDirichletPartitioner."""
+    """Index lists (sorted) of a Dirichlet(alpha) label partition that resamples until every
+    client has `min_size`.
+
+    The rule of the pFedFDA / PFLlib partition code the paper follows: per class, draw client
+    proportions from Dir(alpha), give nothing more to a client already holding more than
+    N / num_partitions samples, and repeat the whole draw until the smallest client reaches
+    `min_size`. flwr-datasets' DirichletPartitioner stops after 10 attempts, which Dir(0.1)
+    with 100 clients and 63 samples each does not meet (`partition.py` wraps this function as
+    a flwr-datasets Partitioner for other Flower projects).
+    """
     n = len(labels)
     if num_partitions * min_size > n:
         raise ConfigError(
@@ -492,17 +467,11 @@ def _partition(protocol: Protocol) -> list[np.ndarray]:
         if 0 < protocol.pool_size < len(subset):
             rng = np.random.default_rng(protocol.seed)
             subset = np.sort(rng.choice(subset, protocol.pool_size, replace=False))
-        partitioner = ResamplingDirichletPartitioner(
-            protocol.num_partitions,
-            protocol.alpha,
-            pool.label_column,
-            min_partition_size(protocol.min_train, protocol.test_fraction),
-            protocol.seed,
+        min_size = min_partition_size(protocol.min_train, protocol.test_fraction)
+        parts = dirichlet_partition(
+            pool.labels[subset], protocol.num_partitions, protocol.alpha, min_size, protocol.seed
         )
-        partitioner.dataset = (
-            pool.dataset.select(subset) if len(subset) < len(pool.dataset) else pool.dataset
-        )
-        _PARTITIONS[key] = [subset[idx] for idx in partitioner.partition_indices()]
+        _PARTITIONS[key] = [subset[idx] for idx in parts]
     return _PARTITIONS[key]
 
 

@@ -35,7 +35,7 @@ NUM_PARTITIONS = "num-partitions"
 NUM_CLASSES_PRESENT = "num-classes-present"
 NUM_CLASSES = "num-classes"  # the model's classes (the run's label set)
 IMAGE_SHAPE = "image-shape"  # [C, H, W] of the client's images: the server builds the model
-DATA_SECONDS = "data-seconds"  # seconds the message's ClientApp took to have its data ready
+DATA_SECONDS = "seconds-data"  # seconds the message's ClientApp took to have its data ready
 
 # FedPAC's extras: client -> server statistics, server -> client global prototypes
 PROTOS = "protos"  # (K, d) class means

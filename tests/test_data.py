@@ -12,7 +12,6 @@ from pfedgm_app.config import ConfigError
 from pfedgm_app.corruptions import CORRUPTIONS, corruption_pairs
 from pfedgm_app.data import (
     Protocol,
-    ResamplingDirichletPartitioner,
     client_indices,
     corruption_pair,
     dirichlet_partition,
@@ -23,6 +22,7 @@ from pfedgm_app.data import (
     split_train_test,
     to_tensor,
 )
+from pfedgm_app.partition import ResamplingDirichletPartitioner
 
 LABELS = np.repeat(np.arange(10), 600)  # 6000 samples, 10 balanced classes
 

@@ -277,5 +277,5 @@ def test_deployment_of_devices_with_their_own_folders_leaves_out_a_bad_one(tmp_p
     [failure] = summary["failures"]
     assert f"data-path '{folders / 'bad'}'" in failure and "labels ['cat']" in failure
     [round_1] = [json.loads(r) for r in (out / "rounds.jsonl").read_text().splitlines()]
-    assert round_1["num-clients"] == 2 and "data-seconds" in round_1
+    assert round_1["num-clients"] == 2 and "seconds-data" in round_1
     assert len(list((tmp_path / "c" / "clients").glob("*.npz"))) == 2

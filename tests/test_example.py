@@ -102,3 +102,11 @@ def test_the_package_builds_a_wheel_another_project_can_depend_on(tmp_path):
     assert f"Version: {pfedgm_app.__version__}" in meta and "Requires-Dist: flwr" in meta
     assert {"pfedgm_app/phases.py", "pfedgm_app/strategies/pfedgm.py"} <= set(names)
     assert not [n for n in names if n.startswith(("tests/", "examples/", "benchmarks/"))]
+
+
+def test_the_apps_clientapp_imports_no_dataset_library_until_it_decodes():
+    """A deployment starts a fresh ClientApp process per message; one whose client is in the
+    disk cache must not pay the seconds `datasets` / flwr-datasets take to import."""
+    client = _imports_after("import pfedgm_app.client_app")
+    assert "torch" in client
+    assert not {"datasets", "flwr_datasets", "pyarrow", "matplotlib"} & client

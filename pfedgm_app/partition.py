@@ -1,0 +1,66 @@
+"""`ResamplingDirichletPartitioner`: the app's label partition as a flwr-datasets Partitioner,
+for Flower projects that load their data with `FederatedDataset`:
+
+    from flwr_datasets import FederatedDataset
+    from pfedgm_app.partition import ResamplingDirichletPartitioner
+
+    partitioner = ResamplingDirichletPartitioner(100, alpha=0.1, partition_by="label", min_size=63)
+    fds = FederatedDataset(dataset="uoft-cs/cifar10", partitioners={"train": partitioner})
+
+The app itself calls `data.dirichlet_partition` on the pooled labels directly (the same
+indices), so that a ClientApp never imports flwr-datasets.
+"""
+
+from __future__ import annotations
+
+import datasets
+import numpy as np
+from flwr_datasets.partitioner import Partitioner
+
+from .config import ConfigError
+from .data import dirichlet_partition
+
+
+class ResamplingDirichletPartitioner(Partitioner):
+    """Dirichlet(alpha) label partition that resamples until every client has `min_size`
+    (`data.dirichlet_partition`, the rule of the pFedFDA / PFLlib code the paper follows)."""
+
+    def __init__(
+        self,
+        num_partitions: int,
+        alpha: float,
+        partition_by: str = "label",
+        min_size: int = 10,
+        seed: int = 0,
+        max_attempts: int = 100_000,
+    ) -> None:
+        super().__init__()
+        if num_partitions < 1:
+            raise ConfigError(f"num-partitions must be >= 1, got {num_partitions}")
+        self._num_partitions = num_partitions
+        self.alpha = alpha
+        self.partition_by = partition_by
+        self.min_size = min_size
+        self.seed = seed
+        self.max_attempts = max_attempts
+        self._indices: list[np.ndarray] | None = None
+
+    @property
+    def num_partitions(self) -> int:
+        return self._num_partitions
+
+    def load_partition(self, partition_id: int) -> datasets.Dataset:
+        return self.dataset.select(self.partition_indices()[partition_id])
+
+    def partition_indices(self) -> list[np.ndarray]:
+        if self._indices is None:
+            labels = np.asarray(self.dataset[self.partition_by], dtype=np.int64)
+            self._indices = dirichlet_partition(
+                labels,
+                self._num_partitions,
+                self.alpha,
+                self.min_size,
+                self.seed,
+                self.max_attempts,
+            )
+        return self._indices
