@@ -32,14 +32,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
+from devtools.devices import write_devices  # noqa: E402
 from devtools.launch import (  # noqa: E402
     offline_env,
     run_app,
     start_deployment,
     stop_local_superlink,
 )
-from pfedgm_app.data import Protocol, client_split, load_pool  # noqa: E402
-from pfedgm_app.methods import parse_run_config  # noqa: E402
 
 CLIENTS = 4
 # One ClientApp's start-up in a fresh process, as a SuperNode starts one per message.
@@ -57,19 +56,6 @@ if sys.argv[3] == "off":  # decode every time, as before the cache
 node_data(cfg, node)
 print(json.dumps({"imports": t1 - t0, "data": time.perf_counter() - t1}))
 """
-
-
-def write_devices(cfg: dict, folder: Path) -> list[Path]:
-    """Each client's pooled samples (its partition, in pool order) as `<folder>/<id>/`."""
-    protocol = Protocol.of(parse_run_config(cfg)[0], CLIENTS)
-    pool = load_pool(protocol.dataset)
-    devices = []
-    for pid in range(CLIENTS):
-        rows = sorted(i for split in client_split(protocol, pid) for i in split)
-        (folder / str(pid)).mkdir(parents=True)
-        pool.dataset.select(rows).to_parquet(str(folder / str(pid) / "data.parquet"))
-        devices.append(folder / str(pid))
-    return devices
 
 
 def figures(run, name: str) -> dict:
@@ -119,7 +105,7 @@ def main() -> None:
            "dirichlet-alpha": args.alpha, "num-server-rounds": args.rounds,
            "local-epochs": args.local_epochs, "fraction-train": args.fraction_train,
            "pool-size": args.pool_size, "client-threads": 1}  # fmt: skip
-    devices = write_devices(cfg, work / "devices")
+    devices = write_devices(cfg, CLIENTS, work / "devices")
     nodes = [f"partition-id={i} num-partitions={CLIENTS} data-path='{d}'"
              for i, d in enumerate(devices)]  # fmt: skip
     results = []

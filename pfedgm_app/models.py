@@ -21,9 +21,11 @@ class ConvGenerator(nn.Module):
     Two layout choices make the same function cheaper on a CPU (`benchmarks/bench_speed.py`):
     each layer pools before its activation (a max-pool commutes with the increasing LeakyReLU,
     so outputs and gradients are those of conv -> act -> pool, with the activation on a quarter
-    of the elements), and the convolutions run in channels-last memory format (oneDNN's fast
-    path; pooling too). Both are checked against the plain order and layout in
-    `tests/test_models.py`. The state_dict keys and shapes are those of conv -> act -> pool.
+    of the elements, in place: the pool's backward needs only its indices), and the
+    convolutions run in channels-last memory format (oneDNN's fast path; pooling too; the
+    app's images are stored so, `data.to_tensor`, which spares a transposing copy per batch).
+    Both are checked against the plain order and layout in `tests/test_models.py`. The
+    state_dict keys and shapes are those of conv -> act -> pool.
     """
 
     head_dropout = 0.0
@@ -34,7 +36,8 @@ class ConvGenerator(nn.Module):
         super().__init__()
         layers: list[nn.Module] = []
         for c_in, c_out, kernel, pad in convs:
-            layers += [nn.Conv2d(c_in, c_out, kernel, padding=pad), nn.MaxPool2d(2), nn.LeakyReLU()]
+            conv = nn.Conv2d(c_in, c_out, kernel, padding=pad)
+            layers += [conv, nn.MaxPool2d(2), nn.LeakyReLU(inplace=True)]
         layers.append(nn.Flatten())
         if dropout:
             layers.append(nn.Dropout(dropout))
