@@ -675,11 +675,9 @@ def pixels(pool: PoolInfo, indices: np.ndarray) -> np.ndarray:
 
 
 def to_tensor(x: np.ndarray, image_shape: tuple[int, int, int]) -> torch.Tensor:
-    """uint8 (N, H, W[, C]) -> float (N, C, H, W) in [-1, 1] (ToTensor + Normalize(0.5, 0.5)),
-    stored channels-last (the pixels' own order), the layout the backbones compute in."""
+    """uint8 (N, H, W[, C]) -> float (N, C, H, W) in [-1, 1] (ToTensor + Normalize(0.5, 0.5))."""
     t = torch.from_numpy(x).float().div_(255.0)
-    t = t.unsqueeze(1) if t.ndim == 3 else t.permute(0, 3, 1, 2)
-    t = t.contiguous(memory_format=torch.channels_last)
+    t = t.unsqueeze(1) if t.ndim == 3 else t.permute(0, 3, 1, 2).contiguous()
     if tuple(t.shape[1:]) != image_shape:
         raise ConfigError(
             f"found images of shape {tuple(t.shape[1:])}, expected {image_shape} like the first"

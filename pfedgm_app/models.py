@@ -22,9 +22,9 @@ class ConvGenerator(nn.Module):
     each layer pools before its activation (a max-pool commutes with the increasing LeakyReLU,
     so outputs and gradients are those of conv -> act -> pool, with the activation on a quarter
     of the elements, in place: the pool's backward needs only its indices), and the
-    convolutions run in channels-last memory format (oneDNN's fast path; pooling too; the
-    app's images are stored so, `data.to_tensor`, which spares a transposing copy per batch).
-    Both are checked against the plain order and layout in `tests/test_models.py`. The
+    convolutions run in channels-last memory format (oneDNN's fast path; pooling too; each
+    batch is converted on entry: storing the images channels-last instead gained nothing
+    measurable). Both are checked against the plain order and layout in `tests/test_models.py`. The
     state_dict keys and shapes are those of conv -> act -> pool.
     """
 
