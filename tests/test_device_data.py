@@ -4,7 +4,6 @@ deployment whose SuperNodes read their own folders."""
 
 from __future__ import annotations
 
-import json
 import zlib
 
 import datasets
@@ -14,7 +13,6 @@ import torch
 from flwr.app import Error, Message, MetricRecord, RecordDict
 
 import pfedgm_app.data as data
-from devtools.launch import offline_env, run_app, start_deployment, stop_local_superlink
 from pfedgm_app.client_app import node_data
 from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.data import (
@@ -245,37 +243,3 @@ def test_error_reasons_lose_flowers_wrapping():
     )
     assert error_reason(reply(deployment)) == error_reason(reply(simulation))
     assert error_reason(reply(simulation)) == "data-path '/x' does not exist"
-
-
-@pytest.mark.e2e
-def test_deployment_of_devices_with_their_own_folders_leaves_out_a_bad_one(tmp_path, digits):
-    """Three SuperNodes, each told only where its data is (no partition, no central copy): a
-    parquet file, an image folder, and an image folder with a class the run does not have.
-    With `min-nodes=2` the run trains and evaluates the two good devices; the summary lists the
-    third with its error. Their later ClientApps read the decoded data from the disk cache."""
-    folders = tmp_path / "devices"
-    (folders / "a").mkdir(parents=True)
-    digits.select(range(0, 400, 2)).to_parquet(str(folders / "a" / "digits.parquet"))
-    write_image_folder(digits.select(range(1, 400, 2)), folders / "b")
-    write_image_folder(digits.select(range(0, 400, 10)), folders / "bad", [*DIGITS[:9], "cat"])
-    home = tmp_path / "flwr-home"
-    env = {**offline_env(home), "OMP_NUM_THREADS": "1", "PFEDGM_CACHE_DIR": str(tmp_path / "c")}
-    nodes = [f"data-path='{folders / name}'" for name in ("a", "b", "bad")]
-    deployment = start_deployment(home, nodes, env)
-    out = tmp_path / "out"
-    cfg = {"method": "fedavg", "dataset": "ylecun/mnist", "num-server-rounds": 1,
-           "local-epochs": 3, "learning-rate": 0.05, "fraction-train": 1.0, "min-nodes": 2,
-           "min-train-samples": 10, "client-threads": 1, "output-dir": str(out)}  # fmt: skip
-    try:
-        run = run_app(cfg, 3, env, timeout=600, federation=deployment.federation)
-    finally:
-        deployment.stop()
-        stop_local_superlink(home)
-    assert run.ok, run.log[-3000:]
-    summary = run.summary
-    assert summary["num_clients_evaluated"] == 2 and summary["mean_accuracy"] > 20, summary
-    [failure] = summary["failures"]
-    assert f"data-path '{folders / 'bad'}'" in failure and "labels ['cat']" in failure
-    [round_1] = [json.loads(r) for r in (out / "rounds.jsonl").read_text().splitlines()]
-    assert round_1["num-clients"] == 2 and "seconds-data" in round_1
-    assert len(list((tmp_path / "c" / "clients").glob("*.npz"))) == 2

@@ -101,24 +101,30 @@ def test_bad_input_fails_the_run_with_its_error(flower_env, tmp_path, cifar10, o
     assert "[ROUND 1" not in run.log
 
 
-def test_deployment_keeps_client_state_and_goes_on_without_a_killed_supernode(tmp_path, mnist):
-    """The deployment path: a SuperLink and three SuperNode processes (partition given by
-    --node-config), one fresh ClientApp process per message. With `min-nodes=2`, the third
-    SuperNode is killed once round 1 is logged: its messages come back as errors, round 2 goes
-    on with the other two, and the personalize round reports them. FedPer's heads live only in
-    each SuperNode's `context.state`: a personalized accuracy far above chance needs them to
-    persist across rounds and into the personalize round.
+def test_deployment_of_devices_with_their_own_data_survives_a_bad_and_a_killed_one(tmp_path, mnist):
+    """The deployment path: a SuperLink and four SuperNode processes, one fresh ClientApp
+    process per message, each SuperNode told only its client id and where its own data is
+    (`data-path`: the three clients' folders, written from a partition of MNIST; no central
+    copy), and a fourth whose data-path does not exist. With `min-nodes=2`: the bad device
+    answers with its error and is left out (the summary lists it); the third SuperNode is
+    killed once round 1 is logged, its messages come back as errors, round 2 goes on with the
+    other two, and the personalize round reports it. FedPer's heads live only in each
+    SuperNode's `context.state`: a personalized accuracy far above chance needs them to persist
+    across rounds and into the personalize round.
     """
     import threading
 
+    from devtools.devices import write_devices
+
     home = tmp_path / "flwr-home"
-    env = {**offline_env(home), "OMP_NUM_THREADS": "1"}
-    nodes = [f"partition-id={i} num-partitions=3" for i in range(3)]
-    deployment = start_deployment(home, nodes, env)
-    out = tmp_path / "out"
+    env = {**offline_env(home), "OMP_NUM_THREADS": "1", "PFEDGM_CACHE_DIR": str(tmp_path / "c")}
     cfg = {**SMALL, "method": "fedper", "fraction-train": 1.0, "pool-size": 3000,
            "client-threads": 1, "min-nodes": 2, "dataset": str(mnist),
-           "output-dir": str(out)}  # fmt: skip
+           "output-dir": str(tmp_path / "out")}  # fmt: skip
+    devices = write_devices(cfg, 3, tmp_path / "devices")
+    nodes = [f"partition-id={i} data-path='{d}'" for i, d in enumerate(devices)]
+    deployment = start_deployment(home, [*nodes, f"data-path='{tmp_path / 'nothing'}'"], env)
+    out = tmp_path / "out"
 
     def kill_after_round_1():
         while not (out / "rounds.jsonl").exists():
@@ -135,8 +141,11 @@ def test_deployment_keeps_client_state_and_goes_on_without_a_killed_supernode(tm
     rows = [json.loads(r) for r in (out / "rounds.jsonl").read_text().splitlines()]
     assert [(r["round"], r["num-clients"]) for r in rows] == [(1, 3), (2, 2)]
     assert run.summary["num_clients_evaluated"] == 2
-    assert run.summary["failures"] == ["partition 2: not connected"]
+    killed, bad = sorted(run.summary["failures"], key=lambda f: f.startswith("node"))
+    assert killed == "partition 2: not connected"
+    assert f"data-path '{tmp_path / 'nothing'}' does not exist" in bad, bad
     assert run.summary["mean_accuracy"] > 40, run.summary  # chance is 10%
+    assert len(list((tmp_path / "c" / "clients").glob("*.npz"))) == 3  # decoded once each
 
 
 def test_64px_data_runs_pfedgm_end_to_end(flower_env, tmp_path, tinyimagenet):
