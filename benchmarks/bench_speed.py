@@ -41,6 +41,7 @@ from pfedgm_app.training import make_sgd, run_epochs, supervised_step
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
 from devtools.launch import offline_env, run_app, stop_local_superlink, superlink_tree  # noqa: E402
+from devtools.layout import plain_layout  # noqa: E402
 
 FULL_ROUNDS = 200
 
@@ -119,17 +120,6 @@ def serialization_seconds(method: str, image_shape=(3, 32, 32), classes: int = 1
         back.ParseFromString(proto.SerializeToString())
         serde.recorddict_from_proto(back)["arrays"].to_torch_state_dict()
     return (time.perf_counter() - start) / n
-
-
-def plain_layout(model: nn.Module) -> nn.Module:
-    """`model` with conv -> act -> pool per layer in NCHW: the network as usually written."""
-    layers = list(model.generator.features)
-    for i in range(len(layers) - 1):
-        if isinstance(layers[i], nn.MaxPool2d) and isinstance(layers[i + 1], nn.LeakyReLU):
-            layers[i], layers[i + 1] = layers[i + 1], layers[i]
-    model.generator.features = nn.Sequential(*layers)
-    object.__setattr__(model.generator, "forward", model.generator.features)
-    return model.to(memory_format=torch.contiguous_format)
 
 
 def bare_loop(plain: bool, seconds: float = 20.0) -> float:

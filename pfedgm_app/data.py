@@ -640,12 +640,18 @@ def _client_cache(parts: tuple, decode: Callable[[], dict[str, np.ndarray]]) -> 
             log.warning("unreadable cached client %s (%s): decoding again", path, exc)
     if arrays is None:
         arrays = decode()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two ClientApps may write at once
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        tmp.replace(path)
+        _write_atomically(path, lambda f: np.savez(f, **arrays))
     return _client_data(arrays)
+
+
+def _write_atomically(path: Path, write: Callable[[Any], None]) -> None:
+    """`write(file)` into a temporary file beside `path`, then renamed onto it: two ClientApps
+    may fill the same cache entry at once, and a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        write(f)
+    tmp.replace(path)
 
 
 def _client_data(arrays: dict[str, np.ndarray]) -> ClientData:
@@ -731,8 +737,5 @@ def corrupted(
         out = corrupt(pixels(pool, indices), *pair, seed=seed, frost_dir=frost_dir or None)
     except ValueError as exc:  # missing frost textures
         raise ConfigError(f"{exc} (run-config key frost-dir)") from exc
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")  # two ClientApps may write at once
-    np.save(tmp, out)
-    tmp.replace(path)
+    _write_atomically(path, lambda f: np.save(f, out))
     return out

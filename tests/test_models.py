@@ -5,20 +5,14 @@ import pytest
 import torch
 from torch import nn
 
+from devtools.layout import plain_layout
 from pfedgm_app.models import BACKBONES, build_model
 from pfedgm_app.training import make_sgd, run_epochs, supervised_step
 
 
 def _plain(fast: nn.Module) -> nn.Module:
     """A copy of `fast` with conv -> act -> pool per layer in contiguous (NCHW) format."""
-    plain = build_model(fast.image_shape, lambda dim: nn.Linear(dim, 10))
-    layers = list(plain.generator.features)
-    for i in range(len(layers) - 1):
-        if isinstance(layers[i], nn.MaxPool2d) and isinstance(layers[i + 1], nn.LeakyReLU):
-            layers[i], layers[i + 1] = layers[i + 1], layers[i]
-    plain.generator.features = nn.Sequential(*layers)
-    object.__setattr__(plain.generator, "forward", plain.generator.features)  # no conversion
-    plain.to(memory_format=torch.contiguous_format)
+    plain = plain_layout(build_model(fast.image_shape, lambda dim: nn.Linear(dim, 10)))
     plain.load_state_dict(fast.state_dict())
     assert all(p.is_contiguous() for p in plain.parameters())
     return plain
