@@ -10,8 +10,9 @@ thread with the same model, optimizer and batch size. Prints per method:
   prototype pass), message serialization (measured here on the method's own arrays, two
   messages per sampled client) and the rest: Flower/Ray overhead and workers left idle;
 - client samples/s per core (sample-passes over compute seconds) against the bare eager loop
-  with the plain layout (conv -> act -> pool, NCHW) and with the app's layout (pool before
-  act, channels-last; `models.ConvGenerator`), both measured in this run;
+  with the plain layout (conv -> act -> pool, NCHW), with the app's layout (pool before
+  act, channels-last; `models.ConvGenerator`) and with the app's layout and process settings
+  (`training.keep_freed_memory`, as every ClientApp), all measured in this run;
 - pFedGM / FedAvg wall time per round (target <= 1.10; the paper measured 1.26), Phase 2
   seconds (target <= 30 s for 100 clients), peak memory (RSS of all processes).
 
@@ -36,7 +37,7 @@ from torch import nn
 
 from pfedgm_app.methods import get_method
 from pfedgm_app.models import build_model
-from pfedgm_app.training import make_sgd, run_epochs, supervised_step
+from pfedgm_app.training import keep_freed_memory, make_sgd, run_epochs, supervised_step
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
@@ -153,7 +154,9 @@ def main() -> None:
     args = parser.parse_args()
     cores = torch.get_num_threads()
     workers = max(1, int(cores / args.cpus_per_client))
-    bare = {"plain": bare_loop(plain=True), "app": bare_loop(plain=False)}
+    bare = {"plain": bare_loop(plain=True), "layout": bare_loop(plain=False)}
+    keep_freed_memory()  # one-way for this process: measured last
+    bare["app"] = bare_loop(plain=False)
     home = Path(tempfile.mkdtemp(prefix="bench-flwr-home-"))
     env = offline_env(home)
     results = {}
@@ -170,7 +173,8 @@ def main() -> None:
           f"{args.epochs} local epochs, Dir({args.alpha}), {cores} cores, {workers} ClientApps "
           f"at a time")  # fmt: skip
     print(f"bare eager loop, one thread: {bare['plain']:.0f} samples/s (plain layout), "
-          f"{bare['app']:.0f} samples/s (the app's layout)")  # fmt: skip
+          f"{bare['layout']:.0f} (the app's layout), {bare['app']:.0f} (layout and freed "
+          f"memory kept, as the ClientApps)")  # fmt: skip
     for name, r in results.items():
         wall = r["seconds_per_round"]
         parts = {"client set-up": r["setup"] / workers,

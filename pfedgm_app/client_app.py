@@ -27,7 +27,7 @@ from .data import ClientData, DeviceData, Protocol, load_client_data, load_devic
 from .methods import ClientPlugin, ClientRun, ClientState, parse_run_config
 from .models import Model
 from .replies import personalize_reply, received, train_reply
-from .training import pick_device, set_threads
+from .training import keep_freed_memory, pick_device, set_threads
 
 app = ClientApp()
 
@@ -75,6 +75,7 @@ def _client(msg: Message, context: Context, purpose: str) -> Client:
     seconds its data took to be ready (decoded, or read from the cache)."""
     cfg, method, settings = parse_run_config(context.run_config)
     set_threads(cfg.client_threads)
+    keep_freed_memory()
     started = time.perf_counter()
     pid, num, data = node_data(cfg, context.node_config)
     seconds = time.perf_counter() - started

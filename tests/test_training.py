@@ -1,0 +1,51 @@
+"""The training loop's process settings: what they change (speed) and what they must not (numbers)."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pfedgm_app.training import keep_freed_memory
+
+# Two epochs of the CIFAR CNN in a fresh process (mallopt is process-wide and one-way): page
+# faults per batch after a warm-up epoch, and a checksum of the trained weights.
+TRAIN = textwrap.dedent(
+    """
+    import json, resource, sys
+    import torch
+    from torch import nn
+    from pfedgm_app.models import build_model
+    from pfedgm_app.training import keep_freed_memory, make_sgd, run_epochs, supervised_step
+    kept = keep_freed_memory() if sys.argv[1] == "keep" else False
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    x, y = torch.randn(500, 3, 32, 32), torch.randint(0, 10, (500,))
+    model = build_model((3, 32, 32), lambda dim: nn.Linear(dim, 10))
+    opt = make_sgd(model.parameters(), 0.01, 0.5, 5e-4)
+    run_epochs(supervised_step(model), x, y, opt, 1, rng=torch.Generator().manual_seed(1))
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    run_epochs(supervised_step(model), x, y, opt, 2, rng=torch.Generator().manual_seed(2))
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / 20
+    weights = [p.detach().double().sum().item() for p in model.parameters()]
+    print(json.dumps({"kept": kept, "faults": faults, "weights": weights}))
+    """
+)
+
+
+def _train(mode: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", TRAIN, mode], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not keep_freed_memory(), reason="the C library has no mallopt (not glibc)")
+def test_keeping_freed_memory_ends_page_faults_per_batch_and_changes_no_number():
+    default, kept = _train("default"), _train("keep")
+    assert kept["kept"] and not default["kept"]
+    # Default glibc: each batch's activations land on fresh pages (about 1,400 faults a batch).
+    assert default["faults"] > 200, default
+    assert kept["faults"] < 50, kept
+    assert kept["weights"] == default["weights"]  # bit for bit: only where tensors live
