@@ -1,4 +1,4 @@
-"""The training loop's process settings: what they change (speed) and what they must not (numbers)."""
+"""Process settings of the training loop: what they change (speed), what they must not (numbers)."""
 
 import json
 import subprocess
