@@ -10,8 +10,11 @@ from torch import nn
 
 def plain_layout(model: nn.Module) -> nn.Module:
     """`model` (a `models.Model`) with each pool -> act pair put back in conv -> act -> pool
-    order and every tensor contiguous (NCHW); the same parameters, in place."""
-    layers = list(model.generator.features)
+    order, torch's own pooling and every tensor contiguous (NCHW); the same parameters, in
+    place."""
+    layers = [
+        nn.MaxPool2d(2) if isinstance(m, nn.MaxPool2d) else m for m in model.generator.features
+    ]
     for i in range(len(layers) - 1):
         if isinstance(layers[i], nn.MaxPool2d) and isinstance(layers[i + 1], nn.LeakyReLU):
             layers[i], layers[i + 1] = layers[i + 1], layers[i]

@@ -133,6 +133,29 @@ def _grads(gen: torch.nn.Linear) -> list[torch.Tensor]:
     return out
 
 
+def test_shared_objective_is_the_cross_entropy_of_the_full_logits():
+    """Eq. (LossH) with the per-sample constant -1/2 z^T z left out: the same H and gradients
+    as the cross-entropy of the naive logits (which carry it)."""
+    g = _gen(12)
+    k, d, n = 5, 4, 9
+    head = _double_head(_randn(k, d, g=g), _randn(k, g=g))
+    z = (3 * _randn(n, d, g=g)).requires_grad_(True)
+    y = torch.arange(n) % k
+    fast = shared_objective(z, y, head)
+    fast.backward()
+    fast_grads = [t.grad.clone() for t in (z, head.mu, head.b)]
+    for t in (z, head.mu, head.b):
+        t.grad = None
+    full = F.cross_entropy(_naive_logits(z, head.mu, head.b, 1.0), y)
+    full.backward()
+    _assert_close(fast, full, 1e-12)
+    for a, t in zip(fast_grads, (z, head.mu, head.b), strict=True):
+        _assert_close(a, t.grad, 1e-12)
+    assert not torch.allclose(  # the left-out term is real, just constant across classes
+        gaussian_logits(z, head.mu, head.b, per_sample=False), gaussian_logits(z, head.mu, head.b)
+    )
+
+
 def test_theorem1_batch_prototypes_can_be_held_constant():
     """Theorem 1 (Eq. LossR): grad with batch class means held constant == grad through them."""
     g = _gen(4)

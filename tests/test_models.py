@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from devtools.layout import plain_layout
-from pfedgm_app.models import BACKBONES, build_model
+from pfedgm_app.models import BACKBONES, MaxPool2x2, build_model
 from pfedgm_app.training import make_sgd, run_epochs, supervised_step
 
 
@@ -35,6 +35,8 @@ def test_fast_layout_gives_the_plain_networks_outputs_and_gradients(shape):
     x, y = torch.randn(8, *shape), torch.randint(0, 10, (8,))
     out_fast, out_plain = fast(x), plain(x)
     torch.testing.assert_close(out_fast, out_plain, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # the pools' path outside autograd
+        torch.testing.assert_close(fast(x), out_plain, rtol=1e-5, atol=1e-5)
     nn.functional.cross_entropy(out_fast, y).backward()
     nn.functional.cross_entropy(out_plain, y).backward()
     for (name, a), b in zip(fast.named_parameters(), plain.parameters(), strict=True):
@@ -54,3 +56,19 @@ def test_fast_layout_follows_the_plain_sgd_trajectory():
     for k, v in fast.state_dict().items():
         torch.testing.assert_close(v, plain.state_dict()[k], rtol=1e-4, atol=1e-5, msg=k)
     assert not torch.equal(start["generator.features.0.weight"], fast.generator.features[0].weight)
+
+
+@pytest.mark.parametrize("size", [(28, 28), (7, 6), (5, 9)])
+@pytest.mark.parametrize("layout", [torch.channels_last, torch.contiguous_format])
+def test_pool_outside_autograd_gives_torchs_values_and_inside_its_gradients(size, layout):
+    """`MaxPool2x2` without autograd: torch's max-pool values (odd sizes floored, ties and NaN
+    included); with autograd: torch's kernel, the whole gradient to the first maximum."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, *size).round()  # rounding makes ties common
+    x[0, 0, 0, 0] = float("nan")
+    x = x.contiguous(memory_format=layout)
+    with torch.no_grad():
+        torch.testing.assert_close(MaxPool2x2()(x), nn.functional.max_pool2d(x, 2), equal_nan=True)
+    flat = torch.zeros(1, 1, 4, 4, requires_grad=True)  # one tie of four per window
+    MaxPool2x2()(flat).sum().backward()
+    assert flat.grad.sum() == 4 and flat.grad[0, 0, ::2, ::2].eq(1).all()
