@@ -10,14 +10,18 @@ thread with the same model, optimizer and batch size. Prints per method:
   prototype pass), message serialization (measured here on the method's own arrays, two
   messages per sampled client) and the rest: Flower/Ray overhead and workers left idle;
 - client samples/s per core (sample-passes over compute seconds) against the bare eager loop
-  with the plain layout (conv -> act -> pool, NCHW), with the app's layout (pool before
-  act, channels-last; `models.ConvGenerator`) and with the app's layout and process settings
-  (`training.keep_freed_memory`, as every ClientApp), all measured in this run;
+  with the plain layout (conv -> act -> pool, NCHW) and with the app's layout (pool before
+  act, channels-last; `models.ConvGenerator`), both measured in this run;
 - pFedGM / FedAvg wall time per round (target <= 1.10; the paper measured 1.26), Phase 2
   seconds (target <= 30 s for 100 clients), peak memory (RSS of all processes).
 
     python benchmarks/bench_speed.py                      # the full protocol, 10 rounds
     python benchmarks/bench_speed.py --clients 20 --rounds 3
+    python benchmarks/bench_speed.py --rounds 5 --abba      # FedAvg, pFedGM, pFedGM, FedAvg
+
+The machine's speed drifts within a benchmark (on the 2-core VM of benchmarks/README.md, the
+method run second was 8 to 20% slower than when run first), so `--abba` runs the methods, then
+again in reverse order, and averages each method's runs: a linear drift cancels out.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from torch import nn
 
 from pfedgm_app.methods import get_method
 from pfedgm_app.models import build_model
-from pfedgm_app.training import keep_freed_memory, make_sgd, run_epochs, supervised_step
+from pfedgm_app.training import make_sgd, run_epochs, supervised_step
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
@@ -140,6 +144,11 @@ def bare_loop(plain: bool, seconds: float = 20.0) -> float:
     return passes / (time.perf_counter() - start)
 
 
+def _mean(runs: list[dict]) -> dict:
+    """Each figure averaged over a method's runs (one, or two with --abba)."""
+    return {key: sum(r[key] for r in runs) / len(runs) for key in runs[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", default=str(ROOT.parent / "shared/data/cifar10"))
@@ -150,31 +159,37 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--cpus-per-client", type=float, default=1)
     parser.add_argument("--methods", default="fedavg,pfedgm")
+    parser.add_argument("--abba", action="store_true", help="run the methods, then again in "
+                        "reverse order, and average each method's runs")  # fmt: skip
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     cores = torch.get_num_threads()
     workers = max(1, int(cores / args.cpus_per_client))
-    bare = {"plain": bare_loop(plain=True), "layout": bare_loop(plain=False)}
-    keep_freed_memory()  # one-way for this process: measured last
-    bare["app"] = bare_loop(plain=False)
+    bare = {"plain": bare_loop(plain=True), "app": bare_loop(plain=False)}
     home = Path(tempfile.mkdtemp(prefix="bench-flwr-home-"))
     env = offline_env(home)
-    results = {}
+    methods = args.methods.split(",")
+    runs: dict[str, list[dict]] = {method: [] for method in methods}
     try:
-        for method in args.methods.split(","):
-            results[method] = app_run(method, args, env, home)
-            results[method]["serialization"] = (
-                2 * results[method]["clients_per_round"] * serialization_seconds(method)
-            )
-            print(json.dumps({method: results[method]}), flush=True)
+        for method in methods + (methods[::-1] if args.abba else []):
+            runs[method].append(app_run(method, args, env, home))
+            print(json.dumps({method: runs[method][-1]}), flush=True)
     finally:
         stop_local_superlink(home)
-    print(f"protocol: {args.clients} clients, q={args.fraction}, {args.rounds} rounds, "
-          f"{args.epochs} local epochs, Dir({args.alpha}), {cores} cores, {workers} ClientApps "
-          f"at a time")  # fmt: skip
+    results = {method: _mean(r) for method, r in runs.items()}
+    for method, r in results.items():
+        r["serialization"] = 2 * r["clients_per_round"] * serialization_seconds(method)
+    print(
+        f"protocol: {args.clients} clients, q={args.fraction}, {args.rounds} rounds, "
+        f"{args.epochs} local epochs, Dir({args.alpha}), {cores} cores, {workers} ClientApps "
+        f"at a time" + ("; each method run twice, A-B-B-A, averaged" if args.abba else "")
+    )
+    for method, r in runs.items():
+        print(
+            f"{method}: s/round per run: " + ", ".join(f"{x['seconds_per_round']:.2f}" for x in r)
+        )
     print(f"bare eager loop, one thread: {bare['plain']:.0f} samples/s (plain layout), "
-          f"{bare['layout']:.0f} (the app's layout), {bare['app']:.0f} (layout and freed "
-          f"memory kept, as the ClientApps)")  # fmt: skip
+          f"{bare['app']:.0f} samples/s (the app's layout)")  # fmt: skip
     for name, r in results.items():
         wall = r["seconds_per_round"]
         parts = {"client set-up": r["setup"] / workers,
