@@ -19,8 +19,8 @@ thread with the same model, optimizer and batch size. Prints per method:
     python benchmarks/bench_speed.py --clients 20 --rounds 3
     python benchmarks/bench_speed.py --rounds 5 --abba      # FedAvg, pFedGM, pFedGM, FedAvg
 
-The machine's speed drifts within a benchmark (on the 2-core VM of benchmarks/README.md, the
-method run second was 8 to 20% slower than when run first), so `--abba` runs the methods, then
+The machine's speed can drift within a benchmark (on the 2-core VM of benchmarks/README.md the
+same FedAvg code took 16 to 31 s a round across runs), so `--abba` runs the methods, then
 again in reverse order, and averages each method's runs: a linear drift cancels out.
 """
 
