@@ -104,10 +104,9 @@ def class_means(
     z: torch.Tensor, y: torch.Tensor, num_classes: int, fallback: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class means of z (K, d) and counts (K,); classes with no sample take `fallback`."""
-    counts = torch.bincount(y, minlength=num_classes).to(z.dtype)
-    sums = torch.zeros(num_classes, z.shape[1], dtype=z.dtype, device=z.device)
-    sums.index_add_(0, y, z)
-    means = torch.where(counts[:, None] > 0, sums / counts.clamp(min=1)[:, None], fallback)
+    onehot = F.one_hot(y, num_classes).to(z.dtype)  # sums and counts in one matmul
+    counts = onehot.sum(0)
+    means = torch.where(counts[:, None] > 0, onehot.T @ z / counts.clamp(min=1)[:, None], fallback)
     return means, counts
 
 
@@ -123,11 +122,9 @@ def update_prototypes_(
     at the rate the data are revisited, and a class with few samples is not dominated by a
     single batch. A class absent from the batch keeps its prototype.
     """
-    onehot = F.one_hot(y, prototypes.shape[0]).to(z.dtype)  # sums and counts in one matmul
-    batch_counts = onehot.sum(0)
+    batch_means, batch_counts = class_means(z.detach(), y, prototypes.shape[0], prototypes)
     eta = (batch_counts / class_counts.clamp(min=1)).clamp(max=1.0)[:, None]
-    batch_means = (onehot.T @ z.detach()) / batch_counts.clamp(min=1)[:, None]
-    prototypes.mul_(1 - eta).add_(eta * batch_means)  # eta = 0: absent classes stay
+    prototypes.mul_(1 - eta).add_(eta * batch_means)
 
 
 class PersonalizedHead(nn.Module):
