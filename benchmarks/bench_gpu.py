@@ -1,15 +1,19 @@
 """pFedGM on one GPU: a short simulation of the paper's CIFAR-10 protocol, projected to 200 rounds.
 
-Runs the app's ServerApp and ClientApps in one process (`devtools.inprocess`: a lent GPU machine
+Runs the app's ServerApp and ClientApps without Ray (`devtools.inprocess`: a lent GPU machine
 has torch but not Ray, so Flower's simulation engine cannot run there) over `--clients`
-partitions with q = `--fraction`, `--local-epochs` epochs, batch 50, on `--device`. Prints:
+partitions with q = `--fraction`, `--local-epochs` epochs, batch 50, on `--device`; with
+`--workers N`, N ClientApp processes share the device (as `client-resources-num-gpus` = 1/N
+would under Ray), else the clients train one after the other in this process. Prints:
 
-- client samples/s (sample-passes over the seconds spent in the ClientApps' train handlers);
+- client samples/s (sample-passes over the seconds spent in the ClientApps' train handlers, so
+  per ClientApp process) and samples/s in all (sample-passes per round over its wall seconds);
 - seconds per round (mean over the rounds after the first, which also decodes each client's
   images and builds the partition) and the projected 200-round time, Phase 2 included;
 - Phase 2 seconds for all clients, and peak GPU memory.
 
     python benchmarks/bench_gpu.py --dataset ../shared/data/cifar10      # 100 clients, 4 rounds
+    python benchmarks/bench_gpu.py --workers 8 ...                        # 8 ClientApps at once
     python benchmarks/bench_gpu.py --device cpu --clients 10 --rounds 2  # the same on the CPU
 """
 
@@ -41,6 +45,7 @@ def main() -> None:
     ap.add_argument("--local-epochs", type=int, default=5)
     ap.add_argument("--alpha", type=float, default=0.5)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--workers", type=int, default=1, help="ClientApp processes at once")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
 
@@ -57,9 +62,10 @@ def main() -> None:
         "output-dir": tempfile.mkdtemp(prefix="bench-gpu-"),
     }
     print(f"{args.method} on {name}: {args.clients} clients, q={args.fraction}, "
-          f"{args.local_epochs} local epochs, {args.rounds} rounds", flush=True)  # fmt: skip
+          f"{args.local_epochs} local epochs, {args.rounds} rounds, {args.workers} "
+          "ClientApp process(es)", flush=True)  # fmt: skip
     started = time.perf_counter()
-    summary, grid = run_inprocess(overrides, args.clients)
+    summary, grid = run_inprocess(overrides, args.clients, workers=args.workers)
     wall = time.perf_counter() - started
 
     later = grid.rounds[1:] or grid.rounds
@@ -74,7 +80,9 @@ def main() -> None:
         "fraction": args.fraction,
         "local_epochs": args.local_epochs,
         "rounds": args.rounds,
+        "workers": args.workers,
         "client_samples_per_s": passes / client_s,
+        "samples_per_s_all": passes / len(later) / per_round,
         "sample_passes_per_round": passes / len(later),
         "seconds_per_round": per_round,
         "client_seconds_per_round": client_s / len(later),
@@ -83,6 +91,7 @@ def main() -> None:
         "projected_200_round_minutes": (PAPER_ROUNDS * per_round + personalize) / 60,
         "mean_accuracy": summary["mean_accuracy"],
         "wall_seconds": wall,
+        # this process's clients only: with --workers, gpu_check.sh logs nvidia-smi instead
         "peak_gpu_memory_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0,
     }
     for key, value in figures.items():

@@ -3,7 +3,9 @@
 #   1. tests/test_gpu.py: pFedGM's math on CUDA equals the CPU's; every method through the
 #      ServerApp and ClientApps with its data and state on the GPU;
 #   2. benchmarks/bench_gpu.py: 100-client pFedGM on CIFAR-10 (q = 0.3, 5 local epochs), samples/s,
-#      seconds per round, projected 200-round time; then FedAvg the same way, for the ratio.
+#      seconds per round, projected 200-round time; then FedAvg the same way, for the ratio; for
+#      each number of ClientApp processes sharing the GPU in $WORKERS (default "1 8"), with the
+#      GPU's memory in use and utilization logged by nvidia-smi during each run.
 # Prepare here first with benchmarks/gpu_prepare.sh, then run with .whl and .gpudata carried:
 #   bash benchmarks/gpu_check.sh          (figures and logs go to $OUT, else /tmp/gpu-check)
 # Without a GPU the tests are reported as skipped and the benchmark runs on the CPU.
@@ -23,7 +25,17 @@ nvidia-smi -L 2>/dev/null || echo "no nvidia-smi: no GPU here"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
 
 timeout 240 python3 -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py 2>&1 | tee "$OUT/gpu-tests.log"
-for method in pfedgm fedavg; do
-  timeout 200 python3 benchmarks/bench_gpu.py --dataset "$DATA/cifar10" --method $method \
-    --rounds 4 --json "$OUT/bench-gpu-$method.json" 2>&1 | tee "$OUT/bench-gpu-$method.log" | grep -v INFO
+for workers in ${WORKERS:-1 8}; do
+  for method in pfedgm fedavg; do
+    run=$method-w$workers
+    nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader,nounits -lms 500 \
+      > "$OUT/smi-$run.csv" 2>/dev/null &
+    smi=$!
+    timeout 200 python3 benchmarks/bench_gpu.py --dataset "$DATA/cifar10" --method $method \
+      --rounds 4 --workers "$workers" --json "$OUT/bench-gpu-$run.json" 2>&1 \
+      | tee "$OUT/bench-gpu-$run.log" | grep -v INFO
+    kill $smi 2>/dev/null
+    sort -t, -k1 -n "$OUT/smi-$run.csv" 2>/dev/null | tail -1 | awk -F, '{print "  peak GPU memory in use (all processes) " $1 " MiB"}'
+    awk -F, '{s += $2; n++} END {if (n) printf "  mean GPU utilization %.0f%% over %d samples\n", s / n, n}' "$OUT/smi-$run.csv" 2>/dev/null
+  done
 done

@@ -38,6 +38,19 @@ def test_inprocess_run_equals_flwr_run(flower_env, tmp_path, cifar10):
     assert _clients(summary["output_dir"]) == _clients(run.output_dir)
 
 
+@pytest.mark.parametrize("method", ["pfedgm", "ditto"])
+def test_worker_processes_change_no_result(tmp_path, cifar10, method):
+    """Messages answered by two spawned processes at once (`workers=2`, how clients share a GPU)
+    give the same per-client results as one after the other: pFedGM (the GPU benchmark's
+    method) and Ditto, whose personal model is node state that must travel with each message
+    (this test fails if a worker's state is not brought back)."""
+    cfg = {**TINY, "method": method, "dataset": str(cifar10), "num-server-rounds": 3}
+    one, _ = run_inprocess({**cfg, "output-dir": str(tmp_path / "one")}, 4)
+    two, grid = run_inprocess({**cfg, "output-dir": str(tmp_path / "two")}, 4, workers=2)
+    assert _clients(one["output_dir"]) == _clients(two["output_dir"])
+    assert grid.pool is None and len(grid.rounds) == 3
+
+
 def test_evaluating_during_training_changes_nothing_else(tmp_path, cifar10):
     """eval-every=1 adds round 1's personalized accuracy and a plot; the final per-client
     results equal those of a run without it (evaluation leaves no trace on the clients)."""
