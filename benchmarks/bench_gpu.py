@@ -9,7 +9,9 @@ would under Ray), else the clients train one after the other in this process. Pr
 - client samples/s (sample-passes over the seconds spent in the ClientApps' train handlers, so
   per ClientApp process) and samples/s in all (sample-passes per round over its wall seconds);
 - seconds per round (mean over the rounds after the first, which also decodes each client's
-  images and builds the partition) and the projected 200-round time, Phase 2 included;
+  images, builds the partition and starts the worker processes) and the projected 200-round
+  time: this run's whole wall time (start-up, first round, Phase 2 included) plus the rounds
+  it did not run at seconds per round;
 - Phase 2 seconds for all clients, and peak GPU memory.
 
     python benchmarks/bench_gpu.py --dataset ../shared/data/cifar10      # 100 clients, 4 rounds
@@ -86,9 +88,9 @@ def main() -> None:
         "sample_passes_per_round": passes / len(later),
         "seconds_per_round": per_round,
         "client_seconds_per_round": client_s / len(later),
-        "seconds_first_round": grid.rounds[0][0],
+        "seconds_before_round_2": grid.starts[2][1] - started if len(grid.starts) > 2 else wall,
         "seconds_personalize": personalize,
-        "projected_200_round_minutes": (PAPER_ROUNDS * per_round + personalize) / 60,
+        "projected_200_round_minutes": (wall + (PAPER_ROUNDS - args.rounds) * per_round) / 60,
         "mean_accuracy": summary["mean_accuracy"],
         "wall_seconds": wall,
         # this process's clients only: with --workers, gpu_check.sh logs nvidia-smi instead
