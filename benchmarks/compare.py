@@ -7,8 +7,9 @@
 
 `--engine inprocess` runs the same ServerApp and ClientApps in this process, one client after the
 other (`devtools/inprocess.py`; per-client results identical to `flwr run`'s on the CPU, checked
-by `tests/test_e2e.py`), without Ray's overhead; `--set key=value` adds any run-config key
-(`--set corruption=100C`). Each method's outputs go to OUT/<method>; a method whose
+by `tests/test_inprocess.py`), without Ray's overhead, or `--workers N` clients at a time in N
+processes (several ClientApps sharing a GPU, or the cores); `--set key=value` adds any run-config
+key (`--set corruption=100C`). Each method's outputs go to OUT/<method>; a method whose
 `summary.json` already exists there is not run again (so an interrupted comparison resumes).
 Prints `mean (std)` per method, the ablation points each method reports, and each one's wall
 time relative to FedAvg's (when FedAvg is in OUT); `paper_table.py` prints several alphas
@@ -48,6 +49,7 @@ def main() -> None:
     parser.add_argument("--cpus-per-client", type=float, default=1)
     parser.add_argument("--engine", choices=("flwr", "inprocess"), default="flwr")
     parser.add_argument("--client-threads", type=int, default=0, help="0 = the app's default")
+    parser.add_argument("--workers", type=int, default=1, help="inprocess: clients at a time")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -80,7 +82,7 @@ def main() -> None:
             }
             if args.engine == "inprocess":
                 started = time.time()
-                summaries[method], _ = run_inprocess(cfg, args.clients)
+                summaries[method], _ = run_inprocess(cfg, args.clients, workers=args.workers)
                 print(f"{method}: finished in {time.time() - started:.0f}s", flush=True)
                 continue
             run = run_app(cfg, args.clients, env, args.cpus_per_client, timeout=24 * 3600)

@@ -4,6 +4,7 @@
 # with one; see README.md here). Results are packed into $OUT/results.tar.gz (one file: the
 # machine returns at most 8), logs into $OUT/measure.log. Data paths are relative to the repo:
 # prepare them here with gpu_prepare.sh and carry .whl and the .gpudata folders used.
+# A run's own `--workers N` answers its clients N at a time in N processes (`compare.py`).
 # MEASURE_TIMEOUT=<seconds> stops every run still going after that long (what finished is kept),
 # so the archive is written before the machine's per-command limit.
 #   bash benchmarks/gpu_measure.sh \
