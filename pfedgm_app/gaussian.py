@@ -247,4 +247,4 @@ def refine_biases_(
         opt.step(closure)
     with torch.no_grad():
         head.b.copy_(b)
-        return float(F.cross_entropy(head(z), y))
+        return float(F.cross_entropy(fixed + b, target))  # = the head's loss, no second pass
