@@ -49,3 +49,35 @@ def test_keeping_freed_memory_ends_page_faults_per_batch_and_changes_no_number()
     assert default["faults"] > 200, default
     assert kept["faults"] < 50, kept
     assert kept["weights"] == default["weights"]  # bit for bit: only where tensors live
+
+
+def test_make_sgd_steps_equal_torchs_default_sgd_bit_for_bit():
+    """The fused kernel `make_sgd` picks computes the default SGD's arithmetic (decay, momentum
+    from its first step, two groups as pFedGM's phase 1 has) and no other."""
+    import copy
+
+    import torch
+    from torch import nn
+
+    from pfedgm_app.models import build_model
+    from pfedgm_app.training import make_sgd, run_epochs, supervised_step
+
+    torch.manual_seed(0)
+    x, y = torch.randn(120, 3, 32, 32), torch.randint(0, 10, (120,))
+    fused = build_model((3, 32, 32), lambda dim: nn.Linear(dim, 10))
+    plain, start = copy.deepcopy(fused), copy.deepcopy(fused)
+
+    def groups(model: nn.Module) -> list[dict]:
+        return [{"params": list(model.generator.parameters())},
+                {"params": list(model.head.parameters()), "weight_decay": 0.0}]  # fmt: skip
+
+    optimizers = [
+        make_sgd(groups(fused), 0.01, 0.5, 5e-4),
+        torch.optim.SGD(groups(plain), lr=0.01, momentum=0.5, weight_decay=5e-4),
+    ]
+    assert optimizers[0].defaults["fused"] and not optimizers[1].defaults["fused"]
+    for model, opt in zip((fused, plain), optimizers, strict=True):
+        run_epochs(supervised_step(model), x, y, opt, 3, rng=torch.Generator().manual_seed(1))
+    for a, b, s in zip(fused.parameters(), plain.parameters(), start.parameters(), strict=True):
+        assert not torch.equal(a, s)  # every weight moved
+        assert torch.equal(a, b)
