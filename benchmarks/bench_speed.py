@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -35,6 +36,7 @@ import time
 from pathlib import Path
 
 import torch
+from compare import extra_keys  # benchmarks/ is on sys.path when run as a script
 from flwr.app import ArrayRecord, RecordDict
 from flwr.common import serde
 from torch import nn
@@ -45,23 +47,73 @@ from pfedgm_app.training import make_sgd, run_epochs, supervised_step
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
-from devtools.launch import offline_env, run_app, stop_local_superlink, superlink_tree  # noqa: E402
+from devtools.launch import (  # noqa: E402
+    cmdline,
+    offline_env,
+    run_app,
+    stop_local_superlink,
+    superlink_tree,
+)
 from devtools.layout import plain_layout  # noqa: E402
 
 FULL_ROUNDS = 200
 
 
-class PeakRss(threading.Thread):
-    """Samples the summed RSS of the SuperLink's process tree (simulation, Ray, ClientApps)."""
+ROLES = ("ClientApps", "simulation engine", "SuperLink", "Ray")
 
-    def __init__(self, flwr_home: Path) -> None:
+
+def role_of(cmdline: str) -> str:
+    """Which part of a `flwr run` simulation a process of the SuperLink's tree is."""
+    if "ClientAppActor" in cmdline:
+        return "ClientApps"
+    if "flwr-simulation" in cmdline:  # the engine's threads, the ServerApp, the link state
+        return "simulation engine"
+    if "flower-superlink" in cmdline or "flower-superexec" in cmdline:
+        return "SuperLink"
+    return "Ray"  # raylet, GCS, dashboard, idle workers
+
+
+class TreeSampler(threading.Thread):
+    """Every 2 s (a scan of /proc in Python: sparse, since it shares the cores with the run):
+    the summed RSS of the SuperLink's process tree (simulation, Ray, ClientApps), its CPU
+    seconds by role (`role_of`; a process keeps the first ClientApp role seen, as Ray renames
+    an actor's process by its task), and how many rounds `rounds.jsonl` holds, so the CPU of
+    the later rounds can be told from start-up and Phase 2."""
+
+    def __init__(self, flwr_home: Path, rounds_file: Path) -> None:
         super().__init__(daemon=True)
-        self.marker, self.peak, self.stop = str(flwr_home), 0, threading.Event()
+        self.marker, self.rounds_file = str(flwr_home), rounds_file
+        self.peak, self.stop = 0, threading.Event()
+        self.roles: dict[int, str] = {}
+        self.cpu: dict[int, float] = {}  # pid -> latest CPU seconds (exited ones keep theirs)
+        self.samples: list[tuple[float, int, dict[str, float]]] = []  # (time, rounds, by role)
 
     def run(self) -> None:
-        while not self.stop.wait(0.5):
-            tree = superlink_tree(self.marker)
-            self.peak = max(self.peak, sum(_rss(p) for p in tree))
+        while not self.stop.wait(2.0):
+            tree, rss = superlink_tree(self.marker), 0
+            for pid in tree:
+                rss += _rss(pid)
+                if self.roles.get(pid) != "ClientApps":
+                    self.roles[pid] = role_of(cmdline(pid))
+                self.cpu[pid] = _cpu_seconds(pid) or self.cpu.get(pid, 0.0)
+            self.peak = max(self.peak, rss)
+            by_role = dict.fromkeys(ROLES, 0.0)
+            for pid, seconds in self.cpu.items():
+                by_role[self.roles[pid]] += seconds
+            rounds = (
+                len(self.rounds_file.read_text().splitlines()) if self.rounds_file.exists() else 0
+            )
+            self.samples.append((time.time(), rounds, by_role))
+
+    def cores_in_rounds(self) -> dict[str, float]:
+        """Cores each role kept busy from the first round's end to the last's (as sampled;
+        NaN when the rounds were too short to be sampled twice)."""
+        done = [s for s in self.samples if s[1] >= 1]
+        last = [s for s in done if s[1] == done[-1][1]][:1] if done else []
+        wall = last[0][0] - done[0][0] if last else 0.0
+        if wall <= 0:
+            return dict.fromkeys(ROLES, float("nan"))
+        return {role: (last[0][2][role] - done[0][2][role]) / wall for role in ROLES}
 
 
 def _rss(pid: int) -> int:
@@ -74,6 +126,14 @@ def _rss(pid: int) -> int:
     return 0
 
 
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
 def app_run(method: str, args: argparse.Namespace, env: dict, home: Path) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"bench-{method}-"))
     cfg = {
@@ -84,8 +144,9 @@ def app_run(method: str, args: argparse.Namespace, env: dict, home: Path) -> dic
         "fraction-train": args.fraction,
         "local-epochs": args.epochs,
         "output-dir": str(out),
+        **extra_keys(args.set),
     }
-    rss = PeakRss(home)
+    rss = TreeSampler(home, out / "rounds.jsonl")
     rss.start()
     run = run_app(cfg, args.clients, env, cpus_per_client=args.cpus_per_client, timeout=4 * 3600)
     rss.stop.set()
@@ -109,6 +170,7 @@ def app_run(method: str, args: argparse.Namespace, env: dict, home: Path) -> dic
         "compute": per_round("seconds-compute-total"),
         "prototypes": per_round("seconds-prototypes-total"),
         "peak_rss_gib": rss.peak / 2**30,
+        **{f"cores_{role}": cores for role, cores in rss.cores_in_rounds().items()},
         "accuracy": s["mean_accuracy"],
     }
 
@@ -159,6 +221,8 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--cpus-per-client", type=float, default=1)
     parser.add_argument("--methods", default="fedavg,pfedgm")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a run-config key for every run (e.g. engine-nice=0)")  # fmt: skip
     parser.add_argument("--abba", action="store_true", help="run the methods, then again in "
                         "reverse order, and average each method's runs")  # fmt: skip
     parser.add_argument("--json", help="also write the figures to this file")
@@ -182,7 +246,8 @@ def main() -> None:
     print(
         f"protocol: {args.clients} clients, q={args.fraction}, {args.rounds} rounds, "
         f"{args.epochs} local epochs, Dir({args.alpha}), {cores} cores, {workers} ClientApps "
-        f"at a time" + ("; each method run twice, A-B-B-A, averaged" if args.abba else "")
+        f"at a time{''.join(', ' + pair for pair in args.set)}"
+        + ("; each method run twice, A-B-B-A, averaged" if args.abba else "")
     )
     for method, r in runs.items():
         print(
@@ -203,6 +268,11 @@ def main() -> None:
         split = ", ".join(f"{k} {v:.2f} s" for k, v in parts.items())
         proto = f" (prototype pass {r['prototypes'] / workers:.2f} s)" if r["prototypes"] else ""
         print(f"  per round: {split}{proto}, Flower/Ray overhead and idle {rest:.2f} s")
+        busy = ", ".join(
+            f"{role} {r[f'cores_{role}']:.2f}" for role in ROLES if f"cores_{role}" in r
+        )
+        if busy:
+            print(f"  cores kept busy during rounds 2-{args.rounds} (of {cores}): {busy}")
         if r["compute"]:
             in_compute = r["passes_per_round"] / r["compute"]
             over_round = r["passes_per_round"] / wall / workers
