@@ -1,22 +1,29 @@
-"""The simulation engine's share of the cores: its threads yield to the ClientApps.
+"""The simulation engine's share of the cores: its polling thread yields to the ClientApps.
 
 In a simulation (`flwr run` to the local SuperLink) the ServerApp runs inside Flower's
-`flwr-simulation` process, beside the engine's threads. One of them polls the message store
-every 0.1 s for every simulated node against every unanswered message
-(`vce_api.add_messages_to_queue` in Flower 1.42): with 100 nodes and a round's 30 messages,
-10 to 20% of a core all round long (`benchmarks/bench_speed.py` prints the cores each part
-keeps busy), taken from the ClientApps wherever they fill every core. Raising the nice value
-of this process's threads lets the ClientApps run first; the engine still gets every core
-they leave idle (between clients, between rounds, while a reply waits for the next message),
-so nothing waits on it longer than a ClientApp's turn. Results are unchanged: only which
-runnable thread the kernel picks.
+`flwr-simulation` process, beside the engine's threads. One of them,
+`vce_api.add_messages_to_queue` in Flower 1.42, polls the message store every 0.1 s for every
+simulated node against every unanswered message: with 100 nodes and a round's 30 messages,
+about a tenth of a core all round long (`benchmarks/bench_speed.py` prints the cores each part
+of the simulation keeps busy), taken from the ClientApps wherever they fill every core.
+Raising that thread's nice value lets the ClientApps run first; it still gets every core they
+leave idle (between clients, between rounds), when there is a message to hand over. Only that
+thread: the process also starts Ray, whose raylet and ClientApp workers would inherit the
+nice value of the thread that spawns them. Results are unchanged: only which runnable thread
+the kernel picks.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
+from logging import INFO, WARNING
 from pathlib import Path
+
+from flwr.common import log
+
+ENGINE_POLLERS = ("add_messages_to_queue",)  # Flower 1.42's thread targets (vce_api.py)
 
 
 def in_simulation_engine() -> bool:
@@ -24,27 +31,46 @@ def in_simulation_engine() -> bool:
     return Path(sys.argv[0]).name == "flwr-simulation"
 
 
-def lower_priority(nice: int) -> int:
-    """Raise every thread of this process to at least `nice` (0 to 19); returns how many
-    threads were changed.
+def lower_priority(nice: int, targets: tuple[str, ...] = ENGINE_POLLERS) -> list[int]:
+    """Raise to `nice` (0 to 19) the threads of this process started on a function named in
+    `targets` (Python names such a thread "Thread-N (function)"); returns their native ids
+    (empty: none running).
 
-    On Linux a nice value belongs to a thread, so each one in /proc/self/task is set (threads
-    started later inherit their creator's); elsewhere on POSIX the whole process is set at
-    once. A thread already at a higher value keeps it. Raises OSError where the platform has
-    no nice values (Windows).
+    A nice value belongs to a thread on Linux; elsewhere it is the whole process's, so this
+    raises OSError there rather than slowing the ClientApps that share it. A thread already
+    at a higher value keeps it.
     """
     if not 0 <= nice <= 19:
         raise ValueError(f"nice must lie in [0, 19], got {nice}")
-    if not hasattr(os, "setpriority"):
-        raise OSError("this platform has no nice values (os.setpriority)")
-    tasks = Path("/proc/self/task")
-    ids = [int(t.name) for t in tasks.iterdir()] if tasks.is_dir() else [0]
-    changed = 0
-    for tid in ids:
-        try:
-            if os.getpriority(os.PRIO_PROCESS, tid) < nice:
-                os.setpriority(os.PRIO_PROCESS, tid, nice)
-                changed += 1
-        except ProcessLookupError:  # the thread ended meanwhile
+    if not Path("/proc/self/task").is_dir():
+        raise OSError("per-thread nice values need Linux (/proc/self/task)")
+    ids = []
+    for thread in threading.enumerate():
+        if thread.native_id is None or not any(f"({t})" in thread.name for t in targets):
             continue
-    return changed
+        try:
+            if os.getpriority(os.PRIO_PROCESS, thread.native_id) < nice:
+                os.setpriority(os.PRIO_PROCESS, thread.native_id, nice)
+            ids.append(thread.native_id)
+        except ProcessLookupError:  # it ended meanwhile
+            continue
+    return ids
+
+
+def yield_to_clients(nice: int) -> None:
+    """The ServerApp's call (run-config `engine-nice`, 0: nothing): in Flower's simulation
+    process, once the engine runs (after the first exchange), lower its poller's priority and
+    log what was done, or why nothing was."""
+    if not nice or not in_simulation_engine():
+        return
+    try:
+        ids = lower_priority(nice)
+    except OSError as exc:
+        log(WARNING, "pFedGM app: engine-nice=%d left unapplied: %s (engine-nice=0 turns "
+            "this off)", nice, exc)  # fmt: skip
+        return
+    if ids:
+        log(INFO, "pFedGM app: Flower's engine poller at nice %d (engine-nice)", nice)
+    else:
+        log(WARNING, "pFedGM app: engine-nice=%d: no thread of %s in this process (a Flower "
+            "other than 1.42?); nothing reniced", nice, ENGINE_POLLERS)  # fmt: skip

@@ -1,4 +1,4 @@
-"""The simulation engine's threads yield to the ClientApps (`pfedgm_app/engine.py`)."""
+"""The simulation engine's poller yields to the ClientApps (`pfedgm_app/engine.py`)."""
 
 import json
 import subprocess
@@ -8,45 +8,49 @@ from pathlib import Path
 
 import pytest
 
-from pfedgm_app.engine import in_simulation_engine, lower_priority
+from pfedgm_app.engine import ENGINE_POLLERS, in_simulation_engine, lower_priority
 
-# In a fresh process (a nice value cannot be lowered back without privileges): two threads
-# already running, then lower_priority, then a thread started afterwards by the main thread.
+# In a fresh process (a nice value cannot be lowered back without privileges): a thread on a
+# function named as Flower's poller, one on another function, then lower_priority. Threads
+# the poller starts later, and the processes they spawn, inherit its value; the others keep 0.
 PROBE = textwrap.dedent(
     """
-    import json, os, threading
+    import json, os, subprocess, sys, threading
     from pfedgm_app.engine import lower_priority
-    stop, tids = threading.Event(), []
-    def wait():
-        tids.append(threading.get_native_id())
+    stop, go, tids, child = threading.Event(), threading.Event(), {}, {}
+    def add_messages_to_queue():  # the name of Flower 1.42's poller
+        tids["poller"] = threading.get_native_id()
+        go.wait()
+        child["nice"] = int(subprocess.run([sys.executable, "-c", "import os; print(os.nice(0))"],
+                                           capture_output=True, text=True).stdout)
         stop.wait()
-    before = [threading.Thread(target=wait) for _ in range(2)]
-    for t in before:
+    def put_message_into_state():
+        tids["other"] = threading.get_native_id()
+        stop.wait()
+    threads = [threading.Thread(target=f) for f in (add_messages_to_queue, put_message_into_state)]
+    for t in threads:
         t.start()
     while len(tids) < 2:
         pass
-    os.setpriority(os.PRIO_PROCESS, tids[1], 12)  # one already above the target keeps its value
-    changed = lower_priority(7)
-    after = threading.Thread(target=wait)
-    after.start()
-    while len(tids) < 3:
+    ids = lower_priority(7)
+    go.set()
+    while "nice" not in child:
         pass
-    nice = {str(t): os.getpriority(os.PRIO_PROCESS, t) for t in [threading.get_native_id(), *tids]}
+    nice = {k: os.getpriority(os.PRIO_PROCESS, v) for k, v in tids.items()}
+    nice["main"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     stop.set()
-    print(json.dumps({"changed": changed, "nice": nice, "tids": tids}))
+    print(json.dumps({"ids": ids, "tids": tids, "nice": nice, "child": child["nice"]}))
     """
 )
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-thread nice is Linux's")
-def test_lower_priority_reaches_every_thread_and_those_started_after():
+def test_only_the_engine_poller_thread_yields():
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    nice, (first, second, later) = result["nice"], result["tids"]
-    assert nice[str(first)] == 7 and nice[str(later)] == 7  # running before, started after
-    assert nice[str(second)] == 12  # was already lower in priority: kept
-    assert all(v >= 7 for v in nice.values()), nice  # the main thread too
-    assert result["changed"] >= 2  # the main thread and the first waiter at least
+    assert result["ids"] == [result["tids"]["poller"]]
+    assert result["nice"] == {"poller": 7, "other": 0, "main": 0}  # Ray's spawner stays at 0
+    assert result["child"] == 7  # what a reniced thread spawns inherits it: hence only the poller
 
 
 def test_lower_priority_rejects_values_outside_nice_range():
@@ -55,5 +59,6 @@ def test_lower_priority_rejects_values_outside_nice_range():
             lower_priority(bad)
 
 
-def test_only_flowers_simulation_process_counts_as_the_engine():
+def test_no_poller_here_and_this_is_not_the_engine():
+    assert lower_priority(0, targets=ENGINE_POLLERS) == []  # pytest runs no Flower engine
     assert not in_simulation_engine()  # pytest, the in-process driver: never reniced
