@@ -146,10 +146,10 @@ def app_run(method: str, args: argparse.Namespace, env: dict, home: Path) -> dic
         "output-dir": str(out),
         **extra_keys(args.set),
     }
-    rss = TreeSampler(home, out / "rounds.jsonl")
-    rss.start()
+    sampler = TreeSampler(home, out / "rounds.jsonl")
+    sampler.start()
     run = run_app(cfg, args.clients, env, cpus_per_client=args.cpus_per_client, timeout=4 * 3600)
-    rss.stop.set()
+    sampler.stop.set()
     if not run.ok:
         raise SystemExit(f"{method} run {run.status}:\n{run.log[-3000:]}")
     rounds = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
@@ -169,8 +169,8 @@ def app_run(method: str, args: argparse.Namespace, env: dict, home: Path) -> dic
         "setup": per_round("seconds-data-total") + per_round("seconds-model-total"),
         "compute": per_round("seconds-compute-total"),
         "prototypes": per_round("seconds-prototypes-total"),
-        "peak_rss_gib": rss.peak / 2**30,
-        **{f"cores_{role}": cores for role, cores in rss.cores_in_rounds().items()},
+        "peak_rss_gib": sampler.peak / 2**30,
+        **{f"cores_{role}": cores for role, cores in sampler.cores_in_rounds().items()},
         "accuracy": s["mean_accuracy"],
     }
 
