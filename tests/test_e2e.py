@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import time
 
 import pytest
@@ -42,6 +43,8 @@ def _check_outputs(run, method, num_clients, rounds):
     assert "personalized test accuracy" in run.log  # the summary closes the log
     # engine-nice (19 by default) reached Flower's poller thread beside the ServerApp
     assert "engine poller at nice 19" in run.log
+    # messages-in-flight auto (the default): twice the cores in a simulation
+    assert f"at most {2 * len(os.sched_getaffinity(0))} messages in flight" in run.log
     return summary
 
 

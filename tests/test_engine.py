@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from pfedgm_app.engine import ENGINE_POLLERS, in_simulation_engine, lower_priority
+from pfedgm_app.config import ConfigError, RunConfig
+from pfedgm_app.engine import (
+    AUTO,
+    ENGINE_POLLERS,
+    in_simulation_engine,
+    lower_priority,
+    messages_in_flight,
+)
 
 # In a fresh process (a nice value cannot be lowered back without privileges): a thread on a
 # function named as Flower's poller, one on another function, then lower_priority. Threads
@@ -62,3 +69,17 @@ def test_lower_priority_rejects_values_outside_nice_range():
 def test_no_poller_here_and_this_is_not_the_engine():
     assert lower_priority(0, targets=ENGINE_POLLERS) == []  # pytest runs no Flower engine
     assert not in_simulation_engine()  # pytest, the in-process driver: never reniced
+
+
+def test_messages_in_flight_auto_is_twice_the_cores_in_the_simulation_process_only(monkeypatch):
+    assert RunConfig().messages_in_flight == AUTO  # the default
+    assert messages_in_flight(AUTO) == 0  # here: not Flower's simulation process
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/flwr-simulation", "--insecure"])
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2})
+    assert messages_in_flight(AUTO) == 6
+    assert [messages_in_flight(n) for n in (0, 1, 40)] == [0, 1, 40]  # as given, anywhere
+
+
+def test_messages_in_flight_below_auto_is_refused():
+    with pytest.raises(ConfigError, match="messages-in-flight must be >= -1"):
+        RunConfig(messages_in_flight=-2).validate()
