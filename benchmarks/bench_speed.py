@@ -11,7 +11,8 @@ thread with the same model, optimizer and batch size. Prints per method:
   messages per sampled client) and the rest: Flower/Ray overhead and workers left idle;
 - client samples/s per core (sample-passes over compute seconds) against the bare eager loop
   with the plain layout (conv -> act -> pool, NCHW) and with the app's layout (pool before
-  act, channels-last; `models.ConvGenerator`), both measured in this run;
+  act, channels-last; `models.ConvGenerator`), one alone and one per core at once (the
+  ceiling for ClientApps that keep every core busy), all measured in this run;
 - pFedGM / FedAvg wall time per round (target <= 1.10; the paper measured 1.26), Phase 2
   seconds (target <= 30 s for 100 clients), peak memory (RSS of all processes).
 
@@ -28,11 +29,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
@@ -60,6 +63,7 @@ FULL_ROUNDS = 200
 
 
 ROLES = ("ClientApps", "simulation engine", "SuperLink", "Ray")
+MACHINE = ("this benchmark", "idle", "anything else")  # the rest of every core's time
 
 
 def role_of(cmdline: str) -> str:
@@ -77,8 +81,10 @@ class TreeSampler(threading.Thread):
     """Every 2 s (a scan of /proc in Python: sparse, since it shares the cores with the run):
     the summed RSS of the SuperLink's process tree (simulation, Ray, ClientApps), its CPU
     seconds by role (`role_of`; a process keeps the first ClientApp role seen, as Ray renames
-    an actor's process by its task), and how many rounds `rounds.jsonl` holds, so the CPU of
-    the later rounds can be told from start-up and Phase 2."""
+    an actor's process by its task), this benchmark's own CPU seconds and the machine's idle
+    seconds (whatever is left of the cores is "anything else"), and how many rounds
+    `rounds.jsonl` holds, so the CPU of the later rounds can be told from start-up and
+    Phase 2."""
 
     def __init__(self, flwr_home: Path, rounds_file: Path) -> None:
         super().__init__(daemon=True)
@@ -100,6 +106,8 @@ class TreeSampler(threading.Thread):
             by_role = dict.fromkeys(ROLES, 0.0)
             for pid, seconds in self.cpu.items():
                 by_role[self.roles[pid]] += seconds
+            by_role["this benchmark"] = _cpu_seconds(os.getpid(), reaped=True)  # + `flwr list`
+            by_role["idle"] = _idle_seconds()
             rounds = (
                 len(self.rounds_file.read_text().splitlines()) if self.rounds_file.exists() else 0
             )
@@ -112,8 +120,10 @@ class TreeSampler(threading.Thread):
         last = [s for s in done if s[1] == done[-1][1]][:1] if done else []
         wall = last[0][0] - done[0][0] if last else 0.0
         if wall <= 0:
-            return dict.fromkeys(ROLES, float("nan"))
-        return {role: (last[0][2][role] - done[0][2][role]) / wall for role in ROLES}
+            return dict.fromkeys(ROLES + MACHINE, float("nan"))
+        cores = {role: (last[0][2][role] - done[0][2][role]) / wall for role in last[0][2]}
+        cores["anything else"] = (os.cpu_count() or 1) - sum(cores.values())
+        return cores
 
 
 def _rss(pid: int) -> int:
@@ -126,12 +136,20 @@ def _rss(pid: int) -> int:
     return 0
 
 
-def _cpu_seconds(pid: int) -> float:
+def _idle_seconds() -> float:
+    """Seconds all cores of the machine have been idle (idle + iowait of /proc/stat)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int, reaped: bool = False) -> float:
+    """utime + stime of `pid`, with `reaped`: and of its children it has waited for."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    ticks = sum(int(f) for f in fields[11 : 15 if reaped else 13])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def app_run(method: str, args: argparse.Namespace, env: dict, home: Path) -> dict:
@@ -206,6 +224,15 @@ def bare_loop(plain: bool, seconds: float = 20.0) -> float:
     return passes / (time.perf_counter() - start)
 
 
+def bare_loops_at_once(workers: int, seconds: float = 20.0) -> float:
+    """Samples/s per process of `workers` bare loops (the app's layout) run at the same time:
+    what one core gives when every core trains, as the ClientApps do (caches and memory
+    bandwidth are shared, so it is below one loop alone)."""
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        rates = list(pool.map(bare_loop, [False] * workers, [seconds] * workers))
+    return sum(rates) / workers
+
+
 def _mean(runs: list[dict]) -> dict:
     """Each figure averaged over a method's runs (one, or two with --abba)."""
     return {key: sum(r[key] for r in runs) / len(runs) for key in runs[0]}
@@ -230,6 +257,7 @@ def main() -> None:
     cores = torch.get_num_threads()
     workers = max(1, int(cores / args.cpus_per_client))
     bare = {"plain": bare_loop(plain=True), "app": bare_loop(plain=False)}
+    bare["app, all cores"] = bare_loops_at_once(workers)
     home = Path(tempfile.mkdtemp(prefix="bench-flwr-home-"))
     env = offline_env(home)
     methods = args.methods.split(",")
@@ -254,7 +282,8 @@ def main() -> None:
             f"{method}: s/round per run: " + ", ".join(f"{x['seconds_per_round']:.2f}" for x in r)
         )
     print(f"bare eager loop, one thread: {bare['plain']:.0f} samples/s (plain layout), "
-          f"{bare['app']:.0f} samples/s (the app's layout)")  # fmt: skip
+          f"{bare['app']:.0f} samples/s (the app's layout); {workers} at once (the app's "
+          f"layout): {bare['app, all cores']:.0f} samples/s each")  # fmt: skip
     for name, r in results.items():
         wall = r["seconds_per_round"]
         parts = {"client set-up": r["setup"] / workers,
@@ -269,10 +298,10 @@ def main() -> None:
         proto = f" (prototype pass {r['prototypes'] / workers:.2f} s)" if r["prototypes"] else ""
         print(f"  per round: {split}{proto}, Flower/Ray overhead and idle {rest:.2f} s")
         busy = ", ".join(
-            f"{role} {r[f'cores_{role}']:.2f}" for role in ROLES if f"cores_{role}" in r
+            f"{role} {r[f'cores_{role}']:.2f}" for role in ROLES + MACHINE if f"cores_{role}" in r
         )
         if busy:
-            print(f"  cores kept busy during rounds 2-{args.rounds} (of {cores}): {busy}")
+            print(f"  cores during rounds 2-{args.rounds} (of {cores}): {busy}")
         if r["compute"]:
             in_compute = r["passes_per_round"] / r["compute"]
             over_round = r["passes_per_round"] / wall / workers
