@@ -118,15 +118,18 @@ def _wait(
     """Poll until the run is finished; return its status.
 
     Each `flwr list` is a new Python process, about 1 s of CPU: every 10 s that is 5% of a
-    2-core machine taken from the run being measured. So `flwr list` is asked at growing
-    intervals (1 s, then x1.5 up to 60 s, so a run that fails early is seen early), and in
-    between the run's own last file, `summary.json` in its output-dir, is watched for free;
-    once it is there the run is ending and the status is asked every half second.
+    2-core machine taken from the run being measured. So the run's own files are watched
+    instead, for free: while it keeps writing to its output-dir (a round's row, a
+    checkpoint) it is alive, and `flwr list` is asked only after `pause` seconds without a
+    write (1 s, then x1.5 up to 60 s: a run that fails early is seen early, a run that stalls
+    within a minute), and every half second once `summary.json`, its last file, is there.
     """
-    pause, next_list = 1.0, time.time()
+    pause, next_list, seen = 1.0, time.time(), 0.0
     summary = output_dir / "summary.json"
     while True:
-        if time.time() >= next_list or summary.exists():
+        if (written := _last_write(output_dir)) > seen:  # alive: ask later
+            seen, next_list = written, max(next_list, time.time() + pause)
+        if time.time() >= next_list or time.time() > deadline or summary.exists():
             cmd = ["list", *link, "--run-id", run_id, "--format", "json"]
             status = json.loads(_flwr(cmd, env).stdout)["runs"][0]["status"]
             if status.startswith("finished"):
@@ -136,6 +139,14 @@ def _wait(
                 return f"timeout ({status})"
             next_list, pause = time.time() + pause, min(pause * 1.5, 60.0)
         time.sleep(0.5)
+
+
+def _last_write(folder: Path) -> float:
+    """The latest modification time of the files directly in `folder` (0: none yet)."""
+    try:
+        return max((e.stat().st_mtime for e in os.scandir(folder) if e.is_file()), default=0.0)
+    except OSError:
+        return 0.0
 
 
 def _flwr(args: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import subprocess
+import threading
 import time
 
+from devtools import launch
 from devtools.launch import run_config_arg, stop_local_superlink, superlink_tree
 
 
@@ -33,3 +37,52 @@ def test_run_config_arg_quotes_strings():
     assert run_config_arg({"method": "fedavg", "lambda": 1.0, "seed": 3}) == (
         "method='fedavg' lambda=1.0 seed=3"
     )
+
+
+class FakeFlwr:
+    """Stands in for the `flwr` CLI: `list` answers `status()`, every call is recorded."""
+
+    def __init__(self, status):
+        self.status, self.calls = status, []
+
+    def __call__(self, args, env, check=True):
+        self.calls.append((time.time(), args[0]))
+        runs = [{"status": self.status()}]
+        return subprocess.CompletedProcess(args, 0, stdout=json.dumps({"runs": runs}))
+
+
+def test_wait_asks_flwr_list_only_when_the_run_stops_writing(tmp_path, monkeypatch):
+    """A run that writes a row every 0.3 s for 4 s is not asked about meanwhile (each `flwr
+    list` is a process that takes CPU from the run measured); its summary ends the wait."""
+    done = threading.Event()
+    fake = FakeFlwr(lambda: "finished:completed" if done.is_set() else "running")
+    monkeypatch.setattr(launch, "_flwr", fake)
+
+    def run():
+        for i in range(13):
+            (tmp_path / "rounds.jsonl").write_text("{}\n" * (i + 1))
+            time.sleep(0.3)
+        (tmp_path / "summary.json").write_text("{}")
+        done.set()
+
+    writer = threading.Thread(target=run)
+    started = time.time()
+    writer.start()
+    status = launch._wait("1", {}, started + 60, [], tmp_path)
+    writer.join()
+    assert status == "finished:completed"
+    asked = [t - started for t, cmd in fake.calls if cmd == "list"]
+    assert len(asked) <= 3 and all(t < 0.5 or t > 3.9 for t in asked), asked
+
+
+def test_wait_asks_a_silent_run_at_growing_intervals_and_stops_it_at_the_deadline(
+    tmp_path, monkeypatch
+):
+    fake = FakeFlwr(lambda: "running")
+    monkeypatch.setattr(launch, "_flwr", fake)
+    started = time.time()
+    assert launch._wait("1", {}, started + 5, [], tmp_path) == "timeout (running)"
+    asked = [t - started for t, cmd in fake.calls if cmd == "list"]
+    gaps = [b - a for a, b in itertools.pairwise(asked)]
+    assert 3 <= len(asked) <= 6 and 0.9 < gaps[0] < gaps[1], asked  # 0, 1, 2.5, then ~5
+    assert fake.calls[-1][1] == "stop"
