@@ -41,12 +41,16 @@ def in_simulation_engine() -> bool:
 def messages_in_flight(setting: int) -> int:
     """The window of `strategies.WindowedGrid` for run-config `messages-in-flight`: a value
     >= 0 as given (0: all of an exchange at once); AUTO: twice this machine's cores in Flower's
-    simulation process (no more ClientApps than cores run at once, each needing a CPU; the
+    simulation process (no more ClientApps than cores run at once, each taking a whole CPU; the
     spare half is queued so that none waits for the next message), 0 elsewhere: in a
-    deployment SuperNodes train side by side and no engine polls for them."""
+    deployment SuperNodes train side by side and no engine polls for them. (With
+    `client-resources-num-cpus=0` more ClientApps than cores can run: give the key a value.)"""
     if setting != AUTO:
         return setting
-    return 2 * len(os.sched_getaffinity(0)) if in_simulation_engine() else 0
+    if not in_simulation_engine():
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return 2 * (cores or 1)
 
 
 def lower_priority(nice: int, targets: tuple[str, ...] = ENGINE_POLLERS) -> list[int]:
