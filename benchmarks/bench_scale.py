@@ -11,7 +11,7 @@ Phase 2 seconds (every client personalizes), and the peak memory of the whole si
 
     python benchmarks/bench_scale.py                       # pFedGM, 3 rounds, Dir(0.5)
     python benchmarks/bench_scale.py --clients 1000 --rounds 2
-    python benchmarks/bench_scale.py --messages-in-flight 0   # all of a round's messages at once
+    python benchmarks/bench_scale.py --messages-in-flight -1  # at most twice the cores unanswered
     python benchmarks/bench_scale.py --engine inprocess       # the app alone, no Flower engine
 
 `--engine inprocess` runs the same ServerApp and ClientApps in this process, one client after
@@ -90,8 +90,8 @@ def main() -> None:
     parser.add_argument(
         "--messages-in-flight",
         type=int,
-        default=-1,
-        help="the run-config key; -1: the app's default (auto), 0: all at once",
+        default=0,
+        help="the run-config key; 0: all at once (the default), -1: auto (twice the cores)",
     )
     parser.add_argument("--engine", choices=("flwr", "inprocess"), default="flwr")
     parser.add_argument("--json", help="also write the figures to this file")

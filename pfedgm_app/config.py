@@ -109,7 +109,7 @@ class RunConfig(Settings):
     engine_nice: int = at_least(0, 19)  # simulation: the engine's threads yield (engine.py)
     node_wait_timeout: float = 120.0
     round_timeout: float = 3600.0
-    messages_in_flight: int = at_least(-1, -1)  # WindowedGrid's; 0: all; -1: auto (engine.py)
+    messages_in_flight: int = at_least(-1, 0)  # WindowedGrid's; 0: all; -1: auto (engine.py)
     resume: bool = False  # continue the run in output-dir from its last checkpoint
     min_nodes: int = at_least(0, 0)  # N > 0: start with N SuperNodes, take in later ones
     client_state_dir: str = ""  # clients also keep their arrays in files here (resume)

@@ -1,5 +1,5 @@
 """The simulation engine's share of the cores: its polling thread yields to the ClientApps,
-and has few messages to poll.
+and can be given fewer messages to poll.
 
 In a simulation (`flwr run` to the local SuperLink) the ServerApp runs inside Flower's
 `flwr-simulation` process, beside the engine's threads. One of them,
@@ -13,10 +13,12 @@ thread: the process also starts Ray, whose raylet and ClientApp workers would in
 nice value of the thread that spawns them. Results are unchanged: only which runnable thread
 the kernel picks.
 
-The poller's cost grows with the messages it checks, so in a simulation the ServerApp keeps
-only a few in flight (`messages-in-flight`, auto: twice the cores, enough to keep every
-ClientApp fed; `strategies.WindowedGrid`): with 100 clients on 2 cores its share halves
-(benchmarks/README.md). Replies, and so results, are the same.
+The poller's cost grows with the messages it checks, so the ServerApp can keep only a few in
+flight (`messages-in-flight`; -1, auto: twice the cores in a simulation;
+`strategies.WindowedGrid`): with 100 CIFAR clients on 2 cores the poller's share halves. It is
+not the default: each message then waits for a reply to come back first (up to 0.2 s through
+two 0.1 s polls), which starves the ClientApps when clients are quick (100 MNIST clients of 70
+images: 4.8 -> 7.5 s a round; benchmarks/README.md). Replies, and so results, are the same.
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def test_no_poller_here_and_this_is_not_the_engine():
 
 
 def test_messages_in_flight_auto_is_twice_the_cores_in_the_simulation_process_only(monkeypatch):
-    assert RunConfig().messages_in_flight == AUTO  # the default
+    assert RunConfig().messages_in_flight == 0  # the default: all at once, as Flower's grids
     assert messages_in_flight(AUTO) == 0  # here: not Flower's simulation process
     monkeypatch.setattr(sys, "argv", ["/venv/bin/flwr-simulation", "--insecure"])
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2})
