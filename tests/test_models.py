@@ -44,8 +44,15 @@ def test_fast_layout_gives_the_plain_networks_outputs_and_gradients(shape):
 
 
 def test_fast_layout_follows_the_plain_sgd_trajectory():
-    """Two epochs of the app's SGD loop (paper's settings) from the same start: the weights
-    stay equal within float tolerance, and they did move."""
+    """Two epochs of the app's SGD loop (paper's settings) from the same start: every tensor
+    moved, and the two trajectories differ by under 5% of how far it moved.
+
+    Why relative to the move: each step's gradients agree to float tolerance (the test above),
+    but over 8 steps the rounding of the two layouts' kernels compounds by an amount that
+    depends on the CPU's oneDNN kernels (2e-5 in the fc weights on an AVX2 AMD EPYC, under 1e-5
+    on an AVX-512 Xeon: 1% of the move here). A wrong gradient, a parameter left out of the
+    optimizer or a lost momentum buffer differs by about the whole move.
+    """
     fast = _fast((3, 32, 32))
     plain = _plain(fast)
     start = {k: v.clone() for k, v in fast.state_dict().items()}
@@ -54,8 +61,9 @@ def test_fast_layout_follows_the_plain_sgd_trajectory():
         opt = make_sgd(model.parameters(), 0.01, 0.5, 5e-4)
         run_epochs(supervised_step(model), x, y, opt, 2, rng=torch.Generator().manual_seed(1))
     for k, v in fast.state_dict().items():
-        torch.testing.assert_close(v, plain.state_dict()[k], rtol=1e-4, atol=1e-5, msg=k)
-    assert not torch.equal(start["generator.features.0.weight"], fast.generator.features[0].weight)
+        moved = (v - start[k]).norm()
+        assert moved > 0, k
+        assert (v - plain.state_dict()[k]).norm() < 0.05 * moved, k
 
 
 @pytest.mark.parametrize("size", [(28, 28), (7, 6), (5, 9)])
