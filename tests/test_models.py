@@ -51,7 +51,7 @@ def test_fast_layout_follows_the_plain_sgd_trajectory():
     but over 8 steps the rounding of the two layouts' kernels compounds by an amount that
     depends on the CPU's oneDNN kernels (2e-5 in the fc weights on an AVX2 AMD EPYC, under 1e-5
     on an AVX-512 Xeon: 1% of the move here). A wrong gradient, a parameter left out of the
-    optimizer or a lost momentum buffer differs by about the whole move.
+    optimizer or a lost momentum buffer differs by a large part of the move.
     """
     fast = _fast((3, 32, 32))
     plain = _plain(fast)
