@@ -12,6 +12,7 @@ Phase 2 seconds (every client personalizes), and the peak memory of the whole si
     python benchmarks/bench_scale.py                       # pFedGM, 3 rounds, Dir(0.5)
     python benchmarks/bench_scale.py --clients 1000 --rounds 2
     python benchmarks/bench_scale.py --messages-in-flight -1  # at most twice the cores unanswered
+    python benchmarks/bench_scale.py --set engine-poll-index=false  # Flower's unindexed polls
     python benchmarks/bench_scale.py --engine inprocess       # the app alone, no Flower engine
 
 `--engine inprocess` runs the same ServerApp and ClientApps in this process, one client after
@@ -29,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 from bench_speed import PeakRss  # benchmarks/ is on sys.path when run as a script
+from compare import extra_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
@@ -49,6 +51,7 @@ def scale_run(clients: int, args: argparse.Namespace, env: dict, home: Path) -> 
         "min-train-samples": 10,
         "pool-size": args.per_client * clients,
         "messages-in-flight": args.messages_in_flight,
+        **extra_keys(args.set),
         "output-dir": str(out),
     }
     if args.engine == "inprocess":
@@ -94,6 +97,8 @@ def main() -> None:
         help="the run-config key; 0: all at once (the default), -1: auto (twice the cores)",
     )
     parser.add_argument("--engine", choices=("flwr", "inprocess"), default="flwr")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a run-config key for every run, as KEY=VALUE")  # fmt: skip
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="bench-scale-home-"))
@@ -107,7 +112,8 @@ def main() -> None:
         stop_local_superlink(home)
     print(f"{args.method}, {SAMPLED} clients per round, batch 16, 5 local epochs, "
           f"Dir({args.alpha}), {args.rounds} rounds, messages-in-flight="
-          f"{args.messages_in_flight}, engine {args.engine}")  # fmt: skip
+          f"{args.messages_in_flight}, engine {args.engine}"
+          f"{''.join(', ' + pair for pair in args.set)}")  # fmt: skip
     for r in results:
         print(f"{r['clients']:5d} clients (q={r['q']:.2f}): {r['seconds_per_round']:.1f} s/round, "
               f"{r['seconds_before_round_1']:.0f} s before round 1, Phase 2 "

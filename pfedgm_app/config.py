@@ -107,6 +107,7 @@ class RunConfig(Settings):
     device: str = "auto"
     client_threads: int = at_least(0, 0)
     engine_nice: int = at_least(0, 19)  # simulation: the engine's threads yield (engine.py)
+    engine_poll_index: bool = True  # simulation: the engine's polls skip idle nodes (engine.py)
     node_wait_timeout: float = 120.0
     round_timeout: float = 3600.0
     messages_in_flight: int = at_least(-1, 0)  # WindowedGrid's; 0: all; -1: auto (engine.py)

@@ -1,18 +1,35 @@
-"""The simulation engine's poller yields to the ClientApps (`pfedgm_app/engine.py`)."""
+"""The simulation engine's poller yields to the ClientApps and polls an index of messages by
+node (`pfedgm_app/engine.py`)."""
 
+import dataclasses
 import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
+import flwr
 import pytest
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.proto.task_pb2 import Task  # pylint: disable=E0611
+from flwr.server.superlink.fleet.vce.vce_api import _register_nodes
+from flwr.server.superlink.linkstate import LinkStateFactory
+from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState, RunRecord
+from flwr.supercore.constant import FLWR_IN_MEMORY_DB_NAME, NOOP_FEDERATION_ID
+from flwr.supercore.object_store import ObjectStoreFactory
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+from flwr.superlink.federation import NoOpFederationManager
+from flwr.superlink.grid import InMemoryGrid
 
 from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.engine import (
     AUTO,
     ENGINE_POLLERS,
     in_simulation_engine,
+    index_pending_messages,
     lower_priority,
     messages_in_flight,
 )
@@ -83,3 +100,117 @@ def test_messages_in_flight_auto_is_twice_the_cores_in_the_simulation_process_on
 def test_messages_in_flight_below_auto_is_refused():
     with pytest.raises(ConfigError, match="messages-in-flight must be >= -1"):
         RunConfig(messages_in_flight=-2).validate()
+
+
+# -- the engine's polls through an index of messages by node (engine.index_pending_messages) --
+
+
+@pytest.fixture
+def link_state(monkeypatch):
+    """`make(nodes)` -> (Flower 1.42's in-memory link state with a run and `nodes` registered
+    nodes, a grid pushing to it as the ServerApp does, the node ids), as Flower's simulation
+    builds them. The class's methods are restored after the test (the index patches the
+    class)."""
+    for name in ("get_message_ins", "store_message_ins"):
+        monkeypatch.setattr(InMemoryLinkState, name, getattr(InMemoryLinkState, name))
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 7, SUPERLINK_NODE_ID, 1
+
+    def make(nodes: int):
+        factory = LinkStateFactory(
+            FLWR_IN_MEMORY_DB_NAME, NoOpFederationManager(), ObjectStoreFactory()
+        )
+        state = factory.state()
+        run = Run.create_empty(7)
+        run = dataclasses.replace(run, federation_id=NOOP_FEDERATION_ID, primary_task_id=1)
+        state.run_ids[7] = RunRecord(run=run)
+        state.task_store[1] = Task(task_id=1, run_id=7)
+        node_ids = list(_register_nodes(nodes, factory))
+        grid = InMemoryGrid(state_factory=factory)
+        grid.set_run(run)
+        return state, grid, node_ids
+
+    yield make
+    TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None
+
+
+def _push(grid, node_ids, targets, ttl=None):
+    """Messages tagged t to node_ids[i] for each (t, i) in targets."""
+    messages = [grid.create_message(RecordDict({"c": ConfigRecord({"tag": t})}), MessageType.TRAIN,
+                                    node_ids[i], "g", ttl=ttl) for t, i in targets]  # fmt: skip
+    return list(grid.push_messages(messages))
+
+
+def _engine_story(make) -> list:
+    """What Flower's engine poller (each node asked for one message, node after node) hands
+    over through a story of pushes, asks, expiry and a pull of replies."""
+    state, grid, nodes = make(5)
+    seen = []
+
+    def sweep():
+        seen.append([(nodes.index(n), m.content["c"]["tag"]) for n in nodes
+                     for m in state.get_message_ins(node_id=n, limit=1)])  # fmt: skip
+
+    first = _push(grid, nodes, [("a", 0), ("b", 1), ("c", 1), ("d", 3)])
+    sweep(), sweep(), sweep()  # b then c for node 1, one a sweep
+    _push(grid, nodes, [("e", 2), ("f", 0)], ttl=0.05)  # expire before anyone asks
+    time.sleep(0.1)
+    sweep()
+    seen.append(len(state.message_ins_store))  # the expired two are deleted when asked for
+    _push(grid, nodes, [("g", 4), ("h", 4), ("i", 2)])
+    seen.append([m.content["c"]["tag"] for m in state.get_message_ins(nodes[4], None)])  # all
+    seen.append(state.get_message_ins(nodes[2], 1, run_id=8))  # another run's: none
+    sweep(), sweep()
+    for message_id, node in zip(first, (0, 1, 1, 3), strict=True):  # the clients reply
+        ins = state.message_ins_store[message_id]
+        reply = Message(RecordDict(), reply_to=ins)
+        reply.metadata.__dict__.update(_message_id=f"r{message_id}", _src_node_id=nodes[node])
+        assert state.store_message_res(reply) is not None
+    seen.append(len(grid.pull_messages(first)))
+    seen.append(len(state.message_ins_store))
+    with pytest.raises(AssertionError, match="limit"):
+        state.get_message_ins(nodes[0], 0)  # Flower's own refusal stays
+    return seen
+
+
+def test_indexed_polls_hand_over_what_flowers_own_do(link_state):
+    plain = _engine_story(link_state)
+    assert plain[:4] == [[(0, "a"), (1, "b"), (3, "d")], [(1, "c")], [], []]  # the story ran
+    assert index_pending_messages() == ""
+    assert getattr(InMemoryLinkState.get_message_ins, "__wrapped__", None) is not None
+    assert index_pending_messages() == ""  # twice: wrapped once
+    assert not hasattr(InMemoryLinkState.get_message_ins.__wrapped__, "__wrapped__")
+    assert _engine_story(link_state) == plain
+
+
+def test_indexed_poll_of_a_node_with_nothing_skips_flowers_walk(link_state, monkeypatch):
+    """30 delivered, unanswered messages, 100 nodes: Flower's walk checks each message for each
+    node asked (3,000 checks a sweep); indexed, a sweep checks none."""
+    checks, check = [], InMemoryLinkState._check_stored_messages
+
+    def counted(self, message_ids, *args, **kwargs):
+        checks.extend(message_ids)
+        return check(self, message_ids, *args, **kwargs)
+
+    monkeypatch.setattr(InMemoryLinkState, "_check_stored_messages", counted)
+
+    def sweep_checks(state, nodes):
+        checks.clear()
+        delivered = sum(len(state.get_message_ins(node_id=n, limit=1)) for n in nodes)
+        return delivered, len(checks)
+
+    state, grid, nodes = link_state(100)
+    _push(grid, nodes, [(str(i), i) for i in range(30)])
+    assert sweep_checks(state, nodes)[0] == 30
+    assert sweep_checks(state, nodes) == (0, 3000)
+    index_pending_messages()
+    state, grid, nodes = link_state(100)
+    _push(grid, nodes, [(str(i), i) for i in range(30)])
+    assert sweep_checks(state, nodes)[0] == 30
+    assert sweep_checks(state, nodes) == (0, 0)
+
+
+def test_the_index_waits_for_the_flower_it_was_written_against(monkeypatch, link_state):
+    monkeypatch.setattr(flwr, "__version__", "1.43.0")
+    assert "flwr 1.43.0" in index_pending_messages()
+    assert not hasattr(InMemoryLinkState.get_message_ins, "__wrapped__")  # left as it was
+    assert RunConfig().engine_poll_index  # on by default; applied by the ServerApp (test_e2e)
