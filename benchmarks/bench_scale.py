@@ -6,8 +6,9 @@ and give each client the same number of images (`--per-client`, 70: MNIST's 70,0
 clients; the 100-client run takes a seeded 7,000-image pool), so their seconds per round should
 match if a round's cost follows the sampled clients and not the total. Prints, per run: seconds
 per round (after the first), seconds before round 1 (every SuperNode reports its partition),
-Phase 2 seconds (every client personalizes), and the peak memory of the whole simulation
-(SuperLink, Ray and the ClientApps).
+Phase 2 seconds (every client personalizes), the peak memory of the whole simulation
+(SuperLink, Ray and the ClientApps) and the cores Flower's simulation process (engine and
+ServerApp) keeps busy during the rounds.
 
     python benchmarks/bench_scale.py                       # pFedGM, 3 rounds, Dir(0.5)
     python benchmarks/bench_scale.py --clients 1000 --rounds 2
@@ -29,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_speed import PeakRss  # benchmarks/ is on sys.path when run as a script
+from bench_speed import TreeSampler  # benchmarks/ is on sys.path when run as a script
 from compare import extra_keys
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,14 +60,16 @@ def scale_run(clients: int, args: argparse.Namespace, env: dict, home: Path) -> 
 
         s, _ = run_inprocess({**cfg, "client-threads": 1}, clients)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # ever, this process
+        engine = float("nan")  # no engine
     else:
-        rss = PeakRss(home)
-        rss.start()
+        sampler = TreeSampler(home, out / "rounds.jsonl")
+        sampler.start()
         run = run_app(cfg, clients, env, cpus_per_client=1, timeout=3 * 3600)
-        rss.stop.set()
+        sampler.stop.set()
         if not run.ok:
             raise SystemExit(f"{clients} clients: run {run.status}:\n{run.log[-3000:]}")
-        s, peak = run.summary, rss.peak
+        s, peak = run.summary, sampler.peak
+        engine = sampler.cores_in_rounds()["simulation engine"]
     rounds = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
     later = rounds[1:] or rounds
     return {
@@ -77,6 +80,7 @@ def scale_run(clients: int, args: argparse.Namespace, env: dict, home: Path) -> 
         "seconds_before_round_1": s["seconds_training"] - s["seconds_per_round"] * s["rounds"],
         "seconds_personalize": s["seconds_personalize"],
         "peak_rss_gib": peak / 2**30,
+        "cores_engine": engine,
         "accuracy": s["mean_accuracy"],
         "clients_evaluated": s["num_clients_evaluated"],
     }
@@ -118,6 +122,7 @@ def main() -> None:
         print(f"{r['clients']:5d} clients (q={r['q']:.2f}): {r['seconds_per_round']:.1f} s/round, "
               f"{r['seconds_before_round_1']:.0f} s before round 1, Phase 2 "
               f"{r['seconds_personalize']:.0f} s, peak memory {r['peak_rss_gib']:.2f} GiB, "
+              f"engine {r['cores_engine']:.2f} cores in the rounds, "
               f"accuracy {r['accuracy']:.2f} % over {r['clients_evaluated']} clients")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
