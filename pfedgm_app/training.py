@@ -57,12 +57,13 @@ def keep_freed_memory() -> bool:
 
     A training step frees and re-allocates the same few MiB of activations and gradients every
     batch. glibc's malloc by default serves such blocks by fresh `mmap`s or trims them off the
-    heap when freed, so each batch touches new pages: about 1,400 page faults per batch of the
-    CIFAR CNN, 10 to 15% of a one-thread step (`benchmarks/bench_speed.py`). Fixing the mmap
-    threshold at 32 MiB (glibc's own ceiling for it) and the trim threshold at 256 MiB keeps
-    those blocks in the heap; the process's memory stays at its peak. Numbers are unchanged:
-    only where tensors live. Once per process (`mallopt` is process-wide); False where the C
-    library has no `mallopt` (not glibc), which changes nothing but speed.
+    heap when freed, so each batch touches new pages: up to about 1,400 page faults per batch of
+    the CIFAR CNN (how many depends on the CPU's kernels), 10 to 15% of a one-thread step
+    (`benchmarks/bench_speed.py`). Fixing the mmap threshold at 32 MiB (glibc's own ceiling for
+    it) and the trim threshold at 256 MiB keeps those blocks in the heap; the process's memory
+    stays at its peak. Numbers are unchanged: only where tensors live. Once per process
+    (`mallopt` is process-wide); False where the C library has no `mallopt` (not glibc), which
+    changes nothing but speed.
     """
     libc_name = ctypes.util.find_library("c")
     libc = ctypes.CDLL(libc_name) if libc_name else None
