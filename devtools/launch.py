@@ -4,9 +4,10 @@ Not part of the app (it manages processes: /proc scans, signals): a helper of `t
 `benchmarks/`, imported as `devtools.launch` from the repository root.
 
 `flwr run` returns as soon as the run is submitted, and `flwr run --stream` exits 0 even when
-the run fails, so `run_app` submits with `--format json`, polls `flwr list` until the run is
-finished, and returns its status, its log and the `summary.json` it wrote in its `output-dir`
-(a fresh temporary folder when the run-config names none). Runs go to the simulation engine,
+the run fails, so `run_app` submits with `--format json`, follows the run's log stream until
+the run is finished, asks `flwr list` for its status, and returns its status, its log and the
+`summary.json` it wrote in its `output-dir` (a fresh temporary folder when the run-config names
+none). Runs go to the simulation engine,
 or to a federation of real SuperLink and SuperNode processes that `start_deployment` starts on
 this machine (the deployment path, one process per SuperNode).
 """
@@ -115,14 +116,50 @@ def run_app(
 def _wait(
     run_id: str, env: dict[str, str], deadline: float, link: list[str], output_dir: Path
 ) -> str:
-    """Poll until the run is finished; return its status.
+    """Wait until the run is finished; return its status.
 
     Each `flwr list` is a new Python process, about 1 s of CPU: every 10 s that is 5% of a
-    2-core machine taken from the run being measured. So the run's own files are watched
-    instead, for free: while it keeps writing to its output-dir (a round's row, a
-    checkpoint) it is alive, and `flwr list` is asked only after `pause` seconds without a
-    write (1 s, then x1.5 up to 60 s: a run that fails early is seen early, a run that stalls
-    within a minute), and every half second once `summary.json`, its last file, is there.
+    2-core machine taken from the run being measured. So the wait follows the run's log
+    stream (`flwr log RUN_ID`), one process that sleeps until the SuperLink ends the stream
+    when the run finishes (the SuperLink looks every 0.5 s), and asks `flwr list` for the
+    status then. A run that fails before its first round is seen within a second, not at the
+    next of a growing series of polls. Should the stream end while the run goes on (a dropped
+    connection), the wait polls as `_poll` does, until the deadline.
+    """
+    stream = _follow(run_id, link, env)
+    try:
+        stream.wait(timeout=max(deadline - time.time(), 0.0))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if stream.poll() is None:
+            stream.kill()
+            stream.wait()
+    return _poll(run_id, env, deadline, link, output_dir)
+
+
+def _follow(run_id: str, link: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """`flwr log RUN_ID`: a process that ends when the run does (its output is not needed:
+    `run_app` fetches the whole log afterwards)."""
+    return subprocess.Popen(
+        ["flwr", "log", run_id, *link],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _poll(
+    run_id: str, env: dict[str, str], deadline: float, link: list[str], output_dir: Path
+) -> str:
+    """Poll `flwr list` until the run is finished, or stop it at the deadline.
+
+    The run's own files are watched, for free: while it keeps writing to its output-dir (a
+    round's row, a checkpoint) it is alive, and `flwr list` is asked only after `pause` seconds
+    without a write (1 s at first, then x1.5 up to 60 s), and every half second once
+    `summary.json`, its last file, is there. After the log stream has ended the first ask is
+    at once, and it finds a finished run finished.
     """
     pause, next_list, seen = 1.0, time.time(), 0.0
     summary = output_dir / "summary.json"

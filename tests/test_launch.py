@@ -51,7 +51,41 @@ class FakeFlwr:
         return subprocess.CompletedProcess(args, 0, stdout=json.dumps({"runs": runs}))
 
 
-def test_wait_asks_flwr_list_only_when_the_run_stops_writing(tmp_path, monkeypatch):
+def test_wait_asks_flwr_list_once_when_the_log_stream_ends(tmp_path, monkeypatch):
+    """The SuperLink ends a run's log stream when the run is finished: the wait asks `flwr list`
+    then, once, and not before."""
+    started = time.time()
+    fake = FakeFlwr(lambda: "finished:failed" if time.time() > started + 1.5 else "running")
+    monkeypatch.setattr(launch, "_flwr", fake)
+    monkeypatch.setattr(launch, "_follow", lambda *_: subprocess.Popen(["sleep", "1.5"]))
+    assert launch._wait("1", {}, started + 60, [], tmp_path) == "finished:failed"
+    asked = [t - started for t, cmd in fake.calls]
+    assert len(asked) == 1 and 1.5 <= asked[0] < 3, asked
+
+
+def test_wait_polls_when_the_stream_ends_before_the_run(tmp_path, monkeypatch):
+    """A stream that drops (here: at once) leaves the wait to `flwr list`, which finds the run
+    still going and asks again until it is finished."""
+    started = time.time()
+    fake = FakeFlwr(lambda: "finished:completed" if time.time() > started + 1.2 else "running")
+    monkeypatch.setattr(launch, "_flwr", fake)
+    monkeypatch.setattr(launch, "_follow", lambda *_: subprocess.Popen(["true"]))
+    assert launch._wait("1", {}, started + 60, [], tmp_path) == "finished:completed"
+    assert len([cmd for _, cmd in fake.calls if cmd == "list"]) >= 2
+
+
+def test_wait_stops_a_run_still_going_at_the_deadline_and_its_stream(tmp_path, monkeypatch):
+    fake = FakeFlwr(lambda: "running")
+    monkeypatch.setattr(launch, "_flwr", fake)
+    stream = subprocess.Popen(["sleep", "300"])
+    monkeypatch.setattr(launch, "_follow", lambda *_: stream)
+    started = time.time()
+    assert launch._wait("1", {}, started + 1.5, [], tmp_path) == "timeout (running)"
+    assert [cmd for _, cmd in fake.calls] == ["list", "stop"]
+    assert stream.poll() is not None  # killed, not left behind
+
+
+def test_poll_asks_flwr_list_only_when_the_run_stops_writing(tmp_path, monkeypatch):
     """A run that writes a row every 0.3 s for 4 s is not asked about meanwhile (each `flwr
     list` is a process that takes CPU from the run measured); its summary ends the wait."""
     done = threading.Event()
@@ -68,20 +102,20 @@ def test_wait_asks_flwr_list_only_when_the_run_stops_writing(tmp_path, monkeypat
     writer = threading.Thread(target=run)
     started = time.time()
     writer.start()
-    status = launch._wait("1", {}, started + 60, [], tmp_path)
+    status = launch._poll("1", {}, started + 60, [], tmp_path)
     writer.join()
     assert status == "finished:completed"
     asked = [t - started for t, cmd in fake.calls if cmd == "list"]
     assert len(asked) <= 3 and all(t < 0.5 or t > 3.9 for t in asked), asked
 
 
-def test_wait_asks_a_silent_run_at_growing_intervals_and_stops_it_at_the_deadline(
+def test_poll_asks_a_silent_run_at_growing_intervals_and_stops_it_at_the_deadline(
     tmp_path, monkeypatch
 ):
     fake = FakeFlwr(lambda: "running")
     monkeypatch.setattr(launch, "_flwr", fake)
     started = time.time()
-    assert launch._wait("1", {}, started + 5, [], tmp_path) == "timeout (running)"
+    assert launch._poll("1", {}, started + 5, [], tmp_path) == "timeout (running)"
     asked = [t - started for t, cmd in fake.calls if cmd == "list"]
     gaps = [b - a for a, b in itertools.pairwise(asked)]
     assert 3 <= len(asked) <= 6 and 0.9 < gaps[0] < gaps[1], asked  # 0, 1, 2.5, then ~5
