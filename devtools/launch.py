@@ -7,9 +7,9 @@ Not part of the app (it manages processes: /proc scans, signals): a helper of `t
 the run fails, so `run_app` submits with `--format json`, follows the run's log stream until
 the run is finished, asks `flwr list` for its status, and returns its status, its log and the
 `summary.json` it wrote in its `output-dir` (a fresh temporary folder when the run-config names
-none). Runs go to the simulation engine,
-or to a federation of real SuperLink and SuperNode processes that `start_deployment` starts on
-this machine (the deployment path, one process per SuperNode).
+none). Runs go to the simulation engine, or to a federation of real SuperLink and SuperNode
+processes that `start_deployment` starts on this machine (the deployment path, one process per
+SuperNode).
 """
 
 from __future__ import annotations
@@ -132,9 +132,8 @@ def _wait(
     except subprocess.TimeoutExpired:
         pass
     finally:
-        if stream.poll() is None:
-            stream.kill()
-            stream.wait()
+        stream.kill()  # a no-op once it has ended
+        stream.wait()
     return _poll(run_id, env, deadline, link, output_dir)
 
 
