@@ -43,9 +43,8 @@ from flwr.common import log
 
 ENGINE_POLLERS = ("add_messages_to_queue",)  # Flower 1.42's thread targets (vce_api.py)
 AUTO = -1  # run-config `messages-in-flight`: chosen by where the ServerApp runs
-INDEXED_FLWR = (
-    "1.42."  # the Flower whose InMemoryLinkState `index_pending_messages` was read against
-)
+# The Flower whose InMemoryLinkState `index_pending_messages` was read against.
+INDEXED_FLWR = "1.42."
 _PENDING = "_pfedgm_pending_nodes"  # the index: an attribute of each InMemoryLinkState
 
 
