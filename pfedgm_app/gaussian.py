@@ -51,6 +51,23 @@ def gaussian_logits(
     return torch.addmm(logits, z * z, A.T, alpha=-0.5)
 
 
+# The scale of mu^0's Gaussian, the one choice Algorithm 1 leaves open in psi^0:
+# - "standard": N(0, 1) per coordinate, the literal reading of "random Gaussian weights"
+#   (the default). ||mu_k|| starts near sqrt(d), the size the features z reach in training.
+# - "scaled": N(0, 1/d), a layer-style init with ||mu_k|| near 1. mu then trains at the body's
+#   learning rate with weight decay, each class moved by about 1/K of a batch and averaged with
+#   clients lacking it, so at K = 100 the navigator barely leaves its start (RESULTS.md, "The
+#   navigator's initial scale", has the paired per-client comparison on every cell).
+NAVIGATOR_INITS = ("standard", "scaled")
+
+
+def navigator_init_std(navigator_init: str, dim: int) -> float:
+    """The standard deviation of mu^0's coordinates for the reading `navigator_init`."""
+    if navigator_init not in NAVIGATOR_INITS:
+        raise ValueError(f"navigator_init must be one of {NAVIGATOR_INITS}, got {navigator_init!r}")
+    return 1.0 if navigator_init == "standard" else 1.0 / math.sqrt(dim)
+
+
 class GaussianHead(nn.Module):
     """Navigator psi = {mu (K, d), b (K)} and covariance nu = {A (K, d), diagonal precision}.
 
@@ -58,10 +75,12 @@ class GaussianHead(nn.Module):
     FedAvg-style evaluation of the global model uses; `covariance_logits` uses nu.
     """
 
-    def __init__(self, num_classes: int, dim: int) -> None:
+    def __init__(self, num_classes: int, dim: int, navigator_init: str = "standard") -> None:
         super().__init__()
-        # Algorithm 1: psi^0 random Gaussian, nu^0 = identity.
-        self.mu = nn.Parameter(torch.randn(num_classes, dim) / math.sqrt(dim))
+        # Algorithm 1: psi^0 "random Gaussian weights", nu^0 = identity. The paper gives no
+        # scale; `NAVIGATOR_INITS` names the two readings (run-config `navigator-init`).
+        std = navigator_init_std(navigator_init, dim)
+        self.mu = nn.Parameter(torch.randn(num_classes, dim) * std)
         self.b = nn.Parameter(torch.zeros(num_classes))
         self.A = nn.Parameter(torch.ones(num_classes, dim))
 

@@ -21,7 +21,7 @@ from .config import ConfigError, RunConfig
 from .data import Protocol, resolve_dataset
 from .engine import index_engine_polls, messages_in_flight, yield_to_clients
 from .federation import discover_clients, model_input, partition_ranks, query_new_nodes
-from .methods import Method, parse_run_config
+from .methods import ClientPlugin, Method, parse_run_config
 from .results import RunWriter, accuracy_by_type, evaluation_row
 from .strategies import (
     PersonalizationResult,
@@ -69,7 +69,7 @@ def main(grid: Grid, context: Context) -> None:
     evaluation = Evaluation(grid, cfg, protocol, ranks, refresh=refresh, left_out=left_out)
     strategy = build_strategy(cfg, method, ranks, evaluation.round_hook(writer), trained, refresh)
     evaluation.strategy = strategy
-    initial = initial_arrays(cfg, method, *model_input(clients))
+    initial = initial_arrays(cfg, method.plugin(settings), *model_input(clients))
     if cfg.resume:
         initial = resume(cfg, writer, strategy, method, initial)
 
@@ -168,12 +168,13 @@ def resume(
 
 
 def initial_arrays(
-    cfg: RunConfig, method: Method, image_shape: tuple[int, int, int], num_classes: int
+    cfg: RunConfig, plugin: ClientPlugin, image_shape: tuple[int, int, int], num_classes: int
 ) -> ArrayRecord:
     """phi^0, psi^0, nu^0 (or the baseline's model), seeded by `seed`, for the clients' images
-    and classes (from their query replies: the server needs no copy of the data)."""
+    and classes (from their query replies: the server needs no copy of the data), built by the
+    method's plug-in with the run's settings (e.g. pFedGM's `navigator-init`)."""
     torch.manual_seed(cfg.seed)
-    model = method.plugin().build_model(image_shape, num_classes)
+    model = plugin.build_model(image_shape, num_classes)
     return ArrayRecord(model.state_dict())
 
 

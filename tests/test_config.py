@@ -104,6 +104,7 @@ def test_a_method_registered_once_is_known_everywhere():
         ({"engine-nice": 20}, "engine-nice must lie in [0, 19]"),
         ({"engine-nice": -1}, "engine-nice must be >= 0"),
         ({"no-such-key": 1}, "unknown run-config key"),
+        ({"navigator-init": "xavier"}, "navigator-init must be one of"),
     ],
 )
 def test_bad_values_raise_clear_errors(override, message):

@@ -430,3 +430,14 @@ def test_every_method_runs_a_round_and_personalizes_on_64px_images():
         assert all(torch.isfinite(v).all() for v in reply.arrays.values()), name
         result = method.personalize(method.build_model((3, 64, 64), K), run)
         assert 0 <= result["accuracy"] <= 1, name
+
+
+def test_the_servers_psi0_follows_navigator_init():
+    """The global model's mu^0 is drawn at the scale `navigator-init` names (d = 128 here)."""
+    from pfedgm_app.server_app import initial_arrays
+
+    norms = {}
+    for init in ("standard", "scaled"):
+        arrays = initial_arrays(RunConfig(), plugin("pfedgm", **{"navigator-init": init}), SHAPE, K)
+        norms[init] = torch.from_numpy(arrays["head.mu"].numpy()).norm(dim=1).mean().item()
+    assert abs(norms["standard"] / 128**0.5 - 1) < 0.1 and abs(norms["scaled"] - 1) < 0.1

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import Settings, above, at_least
-from ..gaussian import GaussianHead
+from ..config import ConfigError, Settings, above, at_least
+from ..gaussian import NAVIGATOR_INITS, GaussianHead
 from ..models import Model, build_model
 from ..phases import personalize, train_round
 from ..strategies import PFedGM
@@ -16,7 +16,7 @@ from .base import ClientPlugin, ClientRun, Method, Reply
 class PFedGMSettings(Settings):
     """The paper's hyperparameters (Sec. Training Setup): lambda in Eq. (main_loss) and in zeta
     of Eq. (LossC); Phase 2 SGD fine-tuning, then L-BFGS on the biases (`lbfgs-cycles=0` skips
-    it).
+    it). `navigator-init` is the scale of mu^0's Gaussian in psi^0 (`gaussian.NAVIGATOR_INITS`).
     """
 
     lambda_: float = at_least(0, 1.0)
@@ -25,13 +25,22 @@ class PFedGMSettings(Settings):
     lbfgs_learning_rate: float = above(0, 0.05)
     lbfgs_max_iter: int = at_least(1, 10)
     lbfgs_cycles: int = at_least(0, 5)
+    navigator_init: str = "standard"
+
+    def validate(self, run) -> None:
+        super().validate(run)
+        if self.navigator_init not in NAVIGATOR_INITS:
+            raise ConfigError(
+                f"navigator-init must be one of {NAVIGATOR_INITS}, got {self.navigator_init!r}"
+            )
 
 
 class PFedGMClient(ClientPlugin):
     """Generator phi + Gaussian head (navigator psi, covariance nu); all three are sent."""
 
     def build_model(self, image_shape: tuple[int, int, int], num_classes: int) -> Model:
-        return build_model(image_shape, lambda dim: GaussianHead(num_classes, dim))
+        init = self.settings.navigator_init
+        return build_model(image_shape, lambda dim: GaussianHead(num_classes, dim, init))
 
     def _shared(self, run: ClientRun) -> dict:
         """The keyword arguments both phases take from the run: lambda, SGD, batches, RNG."""

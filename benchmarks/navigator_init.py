@@ -1,0 +1,116 @@
+"""pFedGM's navigator init (`navigator-init`) on six cells of the paper, beside pFedFDA.
+
+    python benchmarks/navigator_init.py run --out /abs/results/navigator [--cells c100-0.5,...]
+    python benchmarks/navigator_init.py report --out /abs/results/navigator
+
+`run` trains every missing (cell, variant) in OUT/<cell>/<variant> with the in-process driver
+(100 clients, q = 0.3, 5 local epochs, 30 rounds, seed 0: the same clients and sampled rounds
+for every variant): a finished run (`summary.json`) is skipped, a stopped one resumes from its
+checkpoint. `report` prints, per cell, each variant's personalized accuracy, its global model
+alone (pFedGM: the navigator, `acc-global`), ||mu|| after the last round (the mean over classes
+of the global navigator's class means), and the paired per-client differences (test-size
+weighted mean, standard error, clients up / down).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from paper_table import client_accuracies, paired_gap  # benchmarks/ is on sys.path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared/data"
+sys.path.insert(0, str(ROOT))
+from devtools.inprocess import run_inprocess  # noqa: E402
+
+CELLS = {  # name: (dataset folder, Dirichlet alpha, extra run-config keys)
+    "cifar100-0.5": ("cifar100", 0.5, {}),
+    "cifar10-0.5": ("cifar10", 0.5, {}),
+    "cifar100-0.1": ("cifar100", 0.1, {}),
+    "cifar10-0.1": ("cifar10", 0.1, {}),
+    "cifar10s-0.5-100C": ("cifar10", 0.5, {"corruption": "100C"}),
+    "tinyimagenet-0.1": ("tinyimagenet", 0.1, {}),
+}
+VARIANTS = {
+    "pfedgm-standard": {"method": "pfedgm", "navigator-init": "standard"},
+    "pfedgm-scaled": {"method": "pfedgm", "navigator-init": "scaled"},
+    "pfedfda": {"method": "pfedfda"},
+}
+PAIRS = [("pfedgm-standard", "pfedgm-scaled"), ("pfedgm-standard", "pfedfda"),
+         ("pfedgm-scaled", "pfedfda")]  # fmt: skip
+PROTOCOL = {"num-server-rounds": 30, "fraction-train": 0.3, "local-epochs": 5, "seed": 0,
+            "client-threads": 1}  # fmt: skip
+
+
+def run(out: Path, cells: list[str], workers: int) -> None:
+    for cell in cells:
+        folder, alpha, extra = CELLS[cell]
+        for variant, keys in VARIANTS.items():
+            target = out / cell / variant
+            if (target / "summary.json").exists():
+                continue
+            cfg = {**PROTOCOL, **extra, **keys, "dataset": str(DATA / folder),
+                   "dirichlet-alpha": alpha, "output-dir": str(target),
+                   "resume": (target / "checkpoint.pt").exists()}  # fmt: skip
+            started = time.time()
+            summary, _ = run_inprocess(cfg, 100, workers=workers)
+            print(f"{cell} {variant}: {summary['mean_accuracy']:.2f} "
+                  f"in {time.time() - started:.0f}s", flush=True)  # fmt: skip
+
+
+def navigator_norm(target: Path) -> float | None:
+    """Mean ||mu_k|| of the global navigator after the last round (pFedGM runs only)."""
+    weights = torch.load(target / "global_model.pt", weights_only=True)
+    mu = weights.get("head.mu")
+    return None if mu is None else mu.norm(dim=1).mean().item()
+
+
+def report(out: Path, cells: list[str]) -> None:
+    print("| cell | variant | personalized % | global model alone % | ||mu|| | hours |")
+    print("|---|---|---|---|---|---|")
+    gaps = []
+    for cell in cells:
+        summaries = {v: json.loads((out / cell / v / "summary.json").read_text())
+                     for v in VARIANTS if (out / cell / v / "summary.json").exists()}  # fmt: skip
+        for variant, s in summaries.items():
+            norm = navigator_norm(out / cell / variant)
+            ablation = s["ablation_mean_accuracy"]
+            alone = ablation.get("acc-global", next(iter(ablation.values()), float("nan")))
+            print(f"| {cell} | {variant} | {s['mean_accuracy']:.2f} ({s['std_accuracy']:.1f}) | "
+                  f"{alone:.2f} | {'-' if norm is None else f'{norm:.2f}'} | "
+                  f"{s['seconds_total'] / 3600:.2f} |")  # fmt: skip
+        clients = {v: client_accuracies(s) for v, s in summaries.items()}
+        for a, b in PAIRS:
+            if clients.get(a) and clients.get(b):
+                gap, se = paired_gap(clients[a], clients[b])
+                d = [clients[a][i][0] - clients[b][i][0] for i in clients[a]]
+                up, down = sum(x > 0 for x in d), sum(x < 0 for x in d)
+                gaps.append(f"| {cell} | {a} - {b} | {gap:+.2f} | {se:.2f} | {up} / {down} |")
+    print("\n| cell | paired difference | mean (points) | se | clients up / down |")
+    print("|---|---|---|---|---|")
+    print("\n".join(gaps))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=("run", "report"))
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--cells", default=",".join(CELLS))
+    parser.add_argument("--workers", type=int, default=2, help="clients at a time (processes)")
+    args = parser.parse_args()
+    cells = args.cells.split(",")
+    if unknown := [c for c in cells if c not in CELLS]:
+        raise SystemExit(f"--cells: unknown {unknown}; known: {', '.join(CELLS)}")
+    if args.action == "run":
+        run(args.out.resolve(), cells, args.workers)
+    else:
+        report(args.out.resolve(), cells)
+
+
+if __name__ == "__main__":
+    main()
