@@ -51,17 +51,45 @@ def features(generator: nn.Module, data: Data) -> tuple[torch.Tensor, torch.Tens
         return apply_batched(generator, data[0]), data[1]
     device = next(generator.parameters()).device
     with evaluating(generator):
-        pairs = [(generator(x.to(device)), y.to(device)) for x, y in data]
+        pairs = [(generator(x.to(device)), y.to(device)) for x, y in map(_pair, data)]
     if not pairs:
         raise ValueError("no batches in the data: a client needs at least one sample")
     return torch.cat([z for z, _ in pairs]), torch.cat([y for _, y in pairs])
+
+
+def _pair(batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch as (x, y), or one line that says what the API needs instead."""
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        if all(isinstance(t, torch.Tensor) for t in batch):
+            return batch[0], batch[1]
+    if isinstance(batch, dict):
+        raise TypeError(
+            f"batches must be (x, y) pairs of tensors, got a dict with keys {sorted(batch)}: "
+            "map each batch to a pair, e.g. (batch['img'], batch['label'])"
+        )
+    raise TypeError(f"batches must be (x, y) pairs of tensors, got {type(batch).__name__}")
+
+
+def check_features(z: torch.Tensor, y: torch.Tensor, head: GaussianHead) -> None:
+    """One clear line when the backbone's output or the labels do not fit the head."""
+    num_classes, dim = head.mu.shape
+    if z.dim() != 2 or z.shape[1] != dim:
+        raise ValueError(
+            f"the backbone gives features of shape {tuple(z.shape)}, the head expects (batch, "
+            f"{dim}): build GaussianHead(num_classes, {z.shape[-1]}) or change the backbone"
+        )
+    if len(y) and not 0 <= int(y.min()) <= int(y.max()) < num_classes:
+        raise ValueError(
+            f"labels range over [{int(y.min())}, {int(y.max())}] but the head has "
+            f"{num_classes} classes: labels must be 0..{num_classes - 1}"
+        )
 
 
 def _epochs(data: Data, step, optimizer, epochs: int, batch_size: int, rng, after_step, device):
     if _is_tensors(data):
         x, y = data
         return run_epochs(step, x, y, optimizer, epochs, batch_size, rng, after_step)
-    return run_batches(step, lambda: data, optimizer, epochs, after_step, device)
+    return run_batches(step, lambda: map(_pair, data), optimizer, epochs, after_step, device)
 
 
 def train_round(
@@ -94,6 +122,7 @@ def train_round(
     generator.train(), dropout.train()
     start = time.perf_counter()
     z, y = features(generator, data)
+    check_features(z, y, head)
     prototypes, counts = class_means(z, y, head.mu.shape[0], head.mu)
     seconds_prototypes = time.perf_counter() - start
 
@@ -143,6 +172,8 @@ def personalize(
     """
     z_train, y_train = features(generator, train)
     z_test, y_test = features(generator, test)
+    check_features(z_train, y_train, head)
+    check_features(z_test, y_test, head)
     # upsilon*_k = E[z | y=k] on the client; a class it never saw has no local evidence, so
     # its prototype is the global mean mu*_k (the prior), which leaves zeta_k uninformative.
     upsilon, _ = class_means(z_train, y_train, head.mu.shape[0], head.mu.detach())

@@ -80,3 +80,15 @@ def test_personalize_learns_a_separable_problem_and_leaves_the_global_model_as_i
     assert result["accuracy"] >= 0.9  # blobs 4 apart with sigma 0.5
     for a, b in zip(before, _state(gen, head), strict=True):
         assert torch.equal(a, b)
+
+
+def test_dict_batches_a_wrong_feature_size_and_labels_beyond_the_head_get_one_line_each():
+    """What a user coming from flwr-datasets' loaders meets first, said before any training."""
+    x, y = _problem()
+    gen, head = _parts()
+    with pytest.raises(TypeError, match=r"\(x, y\) pairs of tensors, got a dict with keys"):
+        train_round(gen, head, [{"img": x, "label": y}])
+    with pytest.raises(ValueError, match=r"build GaussianHead\(num_classes, 4\)"):
+        personalize(gen, GaussianHead(K, 7), (x, y), (x, y))
+    with pytest.raises(ValueError, match=r"the head has 2 classes: labels must be 0..1"):
+        train_round(gen, GaussianHead(2, D), (x, y))
