@@ -10,7 +10,8 @@ other (`devtools/inprocess.py`; per-client results identical to `flwr run`'s on 
 by `tests/test_inprocess.py`), without Ray's overhead, or `--workers N` clients at a time in N
 processes (several ClientApps sharing a GPU, or the cores); `--set key=value` adds any run-config
 key (`--set corruption=100C`). Each method's outputs go to OUT/<method>; a method whose
-`summary.json` already exists there is not run again (so an interrupted comparison resumes).
+`summary.json` already exists there is not run again, and one stopped mid-run continues from its
+last checkpoint (`resume`), so an interrupted comparison resumes.
 Prints `mean (std)` per method, the ablation points each method reports, and each one's wall
 time relative to FedAvg's (when FedAvg is in OUT); `paper_table.py` prints several alphas
 side by side.
@@ -78,6 +79,7 @@ def main() -> None:
                 "pool-size": args.pool_size,
                 "client-threads": args.client_threads,
                 "output-dir": str(target),
+                "resume": (target / "checkpoint.pt").exists(),
                 **extra_keys(args.set),
             }
             if args.engine == "inprocess":
