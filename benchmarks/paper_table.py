@@ -18,6 +18,8 @@ import json
 import math
 from pathlib import Path
 
+from pfedgm_app.results import dataset_label
+
 # The paper's CIFAR-10 results (Table "standard", 200 rounds): {method: {alpha: (mean, std)}}
 # and runtimes relative to FedAvg (Table "Time", CIFAR-10 Dir(0.5), minutes / FedAvg's 64.91).
 PAPER_CIFAR10 = {
@@ -108,7 +110,7 @@ def paired_gap(
 
 def dataset_name(summary: dict) -> str:
     """The dataset's short name: the last part of its path, hub id or `shared:` name."""
-    return str(summary.get("dataset", "?")).rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+    return dataset_label(str(summary.get("dataset", "?")))
 
 
 def paper_reference(summary: dict) -> dict[str, dict[float, tuple[float, float]]]:

@@ -36,14 +36,14 @@ class RunWriter:
         self.run_dir = run_dir
         self.times = {"started": time.time() if started is None else started}
         self.rounds_run = 0  # rounds trained in this sitting (fewer than all when resumed)
+        self.fresh = False  # a new run's folder, made (and cleared) by its first write
         self.resumed_after = 0  # rounds of an earlier sitting (`resume`)
 
     @classmethod
     def create(cls, cfg: RunConfig, started: float | None = None) -> RunWriter:
         """`output-dir` as given, or `outputs/<time>-<method>` when empty; refuses to overwrite
-        a finished run. Files of an unfinished run there (one that was stopped) move to
-        `unfinished-<time>-<random>/`, so the new run's `rounds.jsonl` does not continue the
-        old one's.
+        a finished run. Nothing is written until `write_config` (after the federation's
+        checks), so a run that cannot start leaves no folder behind.
         """
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(cfg.output_dir or f"outputs/{stamp}-{cfg.method}").expanduser().resolve()
@@ -54,17 +54,32 @@ class RunWriter:
                 f"output-dir {run_dir} already holds a finished run (summary.json); "
                 "choose another output-dir or leave it empty for a fresh timestamped folder"
             )
+        existing = next(p for p in (run_dir, *run_dir.parents) if p.exists())
+        if not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
+            raise ConfigError(f"cannot create output-dir {run_dir}: {existing} is not writable")
+        writer = cls(run_dir, started)
+        writer.fresh = True
+        return writer
+
+    def _prepare(self) -> None:
+        """Create the folder of a fresh run; files of an unfinished run there (one that was
+        stopped) move to `unfinished-<time>-<random>/`, so the new run's `rounds.jsonl` does
+        not continue the old one's."""
+        if not self.fresh:
+            return
+        self.fresh = False
+        run_dir = self.run_dir
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             leftovers = [p for p in run_dir.iterdir() if p.is_file()]
             if leftovers:  # mkdtemp: two runs stopped in the same second get distinct folders
+                stamp = time.strftime("%Y%m%d-%H%M%S")
                 kept = Path(tempfile.mkdtemp(prefix=f"unfinished-{stamp}-", dir=run_dir))
                 for path in leftovers:
                     path.rename(kept / path.name)
                 log(WARNING, "output-dir held an unfinished run: its files moved to %s", kept)
         except OSError as exc:
             raise ConfigError(f"cannot prepare output-dir {run_dir}: {exc}") from exc
-        return cls(run_dir, started)
 
     @classmethod
     def _resumed(cls, run_dir: Path, started: float | None) -> RunWriter:
@@ -96,10 +111,7 @@ class RunWriter:
         except Exception as exc:  # noqa: BLE001 (any unreadable file: one clear message)
             raise ConfigError(f"cannot read {self.run_dir / CHECKPOINT}: {exc}") from exc
         done = int(payload["round"])
-        rounds = self.run_dir / "rounds.jsonl"
-        if rounds.exists():
-            kept = [r for r in rounds.read_text().splitlines() if json.loads(r)["round"] <= done]
-            rounds.write_text("".join(line + "\n" for line in kept))
+        self._write_rounds([r for r in self._read_rounds() if r["round"] <= done])
         arrays = ArrayRecord({k: Array(v) for k, v in payload["arrays"].items()})
         log(INFO, "pFedGM app: resuming %s after round %d", self.run_dir, done)
         return done, arrays, payload["strategy"]
@@ -114,6 +126,7 @@ class RunWriter:
 
     def write_config(self, cfg: RunConfig, settings: Settings, num_clients: int) -> None:
         """`config.json`: the run's settings (common and its method's), as run-config keys."""
+        self._prepare()
         config = {**cfg.to_run_config(), **settings.to_run_config()}
         self.write_json(
             "config.json", {**config, "num-clients": num_clients, "flwr-version": flwr.__version__}
@@ -192,34 +205,80 @@ class RunWriter:
             summary["resumed_after_round"] = self.resumed_after
         if by_type:
             summary["accuracy_by_type"] = by_type
+        self.add_final_evaluation(cfg.num_server_rounds, evaluation_row(outcome, by_type))
         self.write_json("summary.json", summary)
-        if cfg.eval_every:
-            self.plot_accuracy(cfg.num_server_rounds, outcome)
+        self.plot_accuracy(f"{cfg.method} on {dataset_label(cfg.dataset)}, "
+                           f"Dir({cfg.dirichlet_alpha:g})")  # fmt: skip
         log_summary(summary, outcome)
         return summary
 
-    def plot_accuracy(self, rounds: int, final: PersonalizationResult) -> Path:
-        """`accuracy.png`: personalized test accuracy (mean and std across clients) against the
-        round, from the evaluations in `rounds.jsonl` and the final personalize round."""
+    def add_final_evaluation(self, last_round: int, row: dict) -> None:
+        """Phase 2's outcome joins the last round's line of `rounds.jsonl`, so the file holds
+        every personalized evaluation."""
+        rows = self._read_rounds()
+        if rows and rows[-1]["round"] == last_round:
+            rows[-1].update(row)
+        else:  # no round trained in this sitting, or none logged: a line of its own
+            rows.append({"round": last_round, **row})
+        self._write_rounds(rows)
+
+    def _read_rounds(self) -> list[dict]:
+        """The lines of `rounds.jsonl`; a torn last line (a kill mid-write) is dropped."""
+        path = self.run_dir / "rounds.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        rows = []
+        for i, line in enumerate(lines):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                if i < len(lines) - 1:
+                    raise ConfigError(f"{path}: line {i + 1} is not JSON; repair it") from None
+                log(WARNING, "%s: its last line was cut short (a stopped run); dropped", path)
+        return rows
+
+    def _write_rounds(self, rows: list[dict]) -> None:
+        """`rounds.jsonl` rewritten whole and renamed: a kill leaves the old file."""
+        path = self.run_dir / "rounds.jsonl"
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.replace(tmp, path)
+
+    def plot_accuracy(self, title: str) -> Path:
+        """`accuracy.png`: the training loss per round and the personalized test accuracy
+        (mean and std across clients) at every evaluation in `rounds.jsonl` (the final one
+        included), against the round."""
         import matplotlib
 
         matplotlib.use("Agg")  # files only, no display
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
 
         rows = [json.loads(line) for line in open(self.run_dir / "rounds.jsonl")]
+        losses = [(r["round"], r["loss"]) for r in rows if "loss" in r]
         points = [(r["round"], r[EVAL_MEAN], r[EVAL_STD]) for r in rows if EVAL_MEAN in r]
-        points.append((rounds, final.mean_accuracy, final.std_accuracy))
-        x, mean, std = zip(*points, strict=True)
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.plot(x, mean, marker="o")
-        ax.fill_between(x, [m - s for m, s in zip(mean, std, strict=True)],
-                        [m + s for m, s in zip(mean, std, strict=True)], alpha=0.2)  # fmt: skip
-        ax.set(xlabel="round", ylabel="personalized test accuracy (%)", title=self.run_dir.name)
-        ax.grid(alpha=0.3)
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6), sharex=True)
+        if points:
+            x, mean, std = zip(*points, strict=True)
+            low = [m - s for m, s in zip(mean, std, strict=True)]
+            high = [m + s for m, s in zip(mean, std, strict=True)]
+            top.plot(x, mean, marker="o")
+            top.fill_between(x, low, high, alpha=0.2)
+        top.set(ylabel="personalized test accuracy (%)", title=title)
+        if losses:
+            bottom.plot(*zip(*losses, strict=True), marker=".")
+        bottom.set(xlabel="round", ylabel="training loss (mean over clients)")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         path = self.run_dir / "accuracy.png"
         fig.savefig(path, dpi=100, bbox_inches="tight")
         plt.close(fig)
         return path
+
+
+def dataset_label(dataset: str) -> str:
+    """A dataset's short name for titles: the last part of its path or hub id."""
+    return dataset.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
 
 
 EVAL_MEAN, EVAL_STD = "personalized-accuracy", "personalized-std"  # evaluation keys per round
