@@ -180,6 +180,11 @@ def _load_pool(source: str) -> PoolInfo:
             f"{labels.max()}], outside the {num_classes} classes its schema declares "
             "(unlabeled rows, e.g. -1, must be removed from the copy)"
         )
+    if len(np.unique(labels)) < 2:
+        raise ConfigError(
+            f"dataset {source!r} holds {len(np.unique(labels))} class(es) in column "
+            f"{label_col!r}: a classifier needs at least 2; give a dataset with 2 or more"
+        )
     shape = _image_shape(pool, image_col)
     if shape not in BACKBONES:
         raise ConfigError(
@@ -261,8 +266,17 @@ def run_classes(classes: str, dataset: str) -> tuple[str, ...]:
     """The run's label set, in the model's order: run-config `classes` when given, else the
     class names of `dataset` (a hub id of `KNOWN_CLASSES`, or a local copy's schema or class
     subfolders, read without decoding any image). Devices map their labels onto it by name."""
-    if names := parse_classes(classes):
-        return names
+    names = parse_classes(classes) or _dataset_classes(dataset)
+    if len(names) < 2:
+        raise ConfigError(
+            f"the run's class list is {list(names)}: a classifier needs at least 2 classes; "
+            "set run-config classes='name0,name1,...' to the model's classes"
+        )
+    return names
+
+
+def _dataset_classes(dataset: str) -> tuple[str, ...]:
+    """The class names `dataset` declares (see `run_classes`)."""
     hint = (f"give run-config classes='name0,name1,...' (the model's classes, in order) or a "
             f"dataset whose class list is known ({sorted(KNOWN_CLASSES)})")  # fmt: skip
     try:

@@ -25,7 +25,7 @@ from pfedgm_app.data import (
     load_pool,
     run_classes,
 )
-from pfedgm_app.federation import discover_clients, error_reason
+from pfedgm_app.federation import discover_clients, unavailable
 from tests.test_server import FakeGrid
 
 DIGITS = KNOWN_CLASSES["ylecun/mnist"]
@@ -217,29 +217,47 @@ class DeviceGrid(FakeGrid):
 
 @pytest.mark.usefixtures("task_identity")
 def test_with_min_nodes_a_node_that_cannot_take_part_is_left_out_and_recorded():
-    grid = DeviceGrid({1: (0, 0), 2: (1, 0), 3: (2, 0), 4: (3, 0)}, failing=[3],
-                      inputs={4: ([3, 32, 32], 10)})  # fmt: skip
+    grid = DeviceGrid({1: (0, 0), 2: (1, 0), 3: (2, 0), 4: (3, 0), 5: (4, 0)}, failing=[5],
+                      no_data=[3], inputs={4: ([3, 32, 32], 10)})  # fmt: skip
     failed = {}
     infos = discover_clients(grid, RunConfig(min_nodes=2, node_wait_timeout=1), failed)
     assert sorted(infos) == [1, 2]
-    assert failed[3] == "boom" and "gives the model [3, 32, 32] images" in failed[4]
-    with pytest.raises(ConfigError, match="SuperNode 3 could not load its data: boom"):
+    assert failed[3] == "could not load its data: data-path '/x' does not exist on this device"
+    assert "gives the model [3, 32, 32] images" in failed[4]
+    assert failed[5] == "its ClientApp failed (Flower error code 1): boom"
+    with pytest.raises(ConfigError, match="SuperNode 3 cannot take part: could not load its data"):
         discover_clients(grid, RunConfig(node_wait_timeout=1))
     with pytest.raises(ConfigError, match="set min-nodes=N"):
         discover_clients(DeviceGrid({1: (0, 0)}), RunConfig(node_wait_timeout=1))
 
 
 @pytest.mark.usefixtures("task_identity")
-def test_error_reasons_lose_flowers_wrapping():
+def test_a_failed_clientapps_error_is_reported_as_flower_wrote_it_on_one_line():
+    """Flower's wording is not parsed: its code and its reason, whitespace joined, shortened."""
     request = Message(RecordDict(), dst_node_id=1, message_type="query")
 
     def reply(reason):
         return Message(Error(code=2, reason=reason), reply_to=request)
 
-    deployment = "<class 'pfedgm_app.config.ConfigError'>:<'data-path '/x' does not exist'>"
     simulation = (
         "<class 'flwr.clientapp.client_app.ClientAppException'>:<'\nException "
-        "ClientAppException occurred. Message: data-path '/x' does not exist'>"
+        "ClientAppException occurred. Message: division by zero'>"
     )
-    assert error_reason(reply(deployment)) == error_reason(reply(simulation))
-    assert error_reason(reply(simulation)) == "data-path '/x' does not exist"
+    assert unavailable(reply(simulation)) == (
+        "its ClientApp failed (Flower error code 2): <class 'flwr.clientapp.client_app."
+        "ClientAppException'>:<' Exception ClientAppException occurred. Message: division by "
+        "zero'>"
+    )
+    long = unavailable(reply("x" * 1000))
+    assert long.endswith("x...") and len(long) < 400 and "\n" not in long
+
+
+def test_a_one_class_dataset_or_class_list_is_refused(tmp_path, digits):
+    """A single class would train nothing and report 100 % accuracy: refused with its reason."""
+    one = write_image_folder(digits.filter(lambda r: r["label"] == 3), tmp_path / "threes")
+    with pytest.raises(ConfigError, match="holds 1 class.*at least 2"):
+        load_pool(str(one))
+    with pytest.raises(ConfigError, match=r"class list is \['3'\]: a classifier needs at least 2"):
+        run_classes("", str(one))
+    with pytest.raises(ConfigError, match="at least 2 classes"):
+        run_classes("cat", "uoft-cs/cifar10")
