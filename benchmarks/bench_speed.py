@@ -50,14 +50,9 @@ from pfedgm_app.training import make_sgd, run_epochs, supervised_step
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
-from devtools.launch import (  # noqa: E402
-    cmdline,
-    offline_env,
-    run_app,
-    stop_local_superlink,
-    superlink_tree,
-)
+from devtools.launch import offline_env, run_app, stop_local_superlink  # noqa: E402
 from devtools.layout import plain_layout  # noqa: E402
+from devtools.processes import cmdline, superlink_tree  # noqa: E402
 
 FULL_ROUNDS = 200
 
@@ -249,7 +244,7 @@ def main() -> None:
     parser.add_argument("--cpus-per-client", type=float, default=1)
     parser.add_argument("--methods", default="fedavg,pfedgm")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a run-config key for every run (e.g. engine-nice=0)")  # fmt: skip
+                        help="a run-config key for every run (e.g. local-epochs=2)")  # fmt: skip
     parser.add_argument("--abba", action="store_true", help="run the methods, then again in "
                         "reverse order, and average each method's runs")  # fmt: skip
     parser.add_argument("--json", help="also write the figures to this file")

@@ -8,23 +8,22 @@ the run fails, so `run_app` submits with `--format json`, follows the run's log 
 the run is finished, asks `flwr list` for its status, and returns its status, its log and the
 `summary.json` it wrote in its `output-dir` (a fresh temporary folder when the run-config names
 none). Runs go to the simulation engine, or to a federation of real SuperLink and SuperNode
-processes that `start_deployment` starts on this machine (the deployment path, one process per
-SuperNode).
+processes on this machine (`devtools.deployment`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from devtools.processes import kill, superlink_tree
 
 APP_DIR = Path(__file__).resolve().parent.parent
 
@@ -54,8 +53,8 @@ def offline_env(flwr_home: Path, base: dict[str, str] | None = None) -> dict[str
         FLWR_TELEMETRY_ENABLED="0",
         HF_HUB_OFFLINE=env.get("HF_HUB_OFFLINE", "1"),
     )
-    env.setdefault("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", str(_free_port()))
-    env.setdefault("FLWR_LOCAL_CONTROL_API_PORT", str(_free_port()))
+    env.setdefault("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", str(free_port()))
+    env.setdefault("FLWR_LOCAL_CONTROL_API_PORT", str(free_port()))
     return env
 
 
@@ -107,7 +106,7 @@ def run_app(
     run_id = str(submitted["run-id"])
     link = [] if federation is None else [federation]  # where `flwr list/log/stop` must look
     status = _wait(run_id, env, started + timeout, link, output_dir)
-    log = _flwr(["log", run_id, *link, "--show"], env, check=False).stdout
+    log = flwr(["log", run_id, *link, "--show"], env, check=False).stdout
     summary_path = output_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     return FlowerRun(run_id, status, log, output_dir, summary, time.time() - started)
@@ -167,11 +166,11 @@ def _poll(
             seen, next_list = written, max(next_list, time.time() + pause)
         if time.time() >= next_list or time.time() > deadline or summary.exists():
             cmd = ["list", *link, "--run-id", run_id, "--format", "json"]
-            status = json.loads(_flwr(cmd, env).stdout)["runs"][0]["status"]
+            status = json.loads(flwr(cmd, env).stdout)["runs"][0]["status"]
             if status.startswith("finished"):
                 return status
             if time.time() > deadline:
-                _flwr(["stop", run_id, *link], env, check=False)
+                flwr(["stop", run_id, *link], env, check=False)
                 return f"timeout ({status})"
             next_list, pause = time.time() + pause, min(pause * 1.5, 60.0)
         time.sleep(0.5)
@@ -185,134 +184,8 @@ def _last_write(folder: Path) -> float:
         return 0.0
 
 
-def _flwr(args: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
+def flwr(args: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["flwr", *args], env=env, capture_output=True, text=True, check=check)
-
-
-@dataclass
-class Deployment:
-    """A SuperLink and its SuperNodes running as separate processes on this machine."""
-
-    federation: str
-    processes: list[subprocess.Popen]
-
-    def stop(self) -> None:
-        """Stop every process of the deployment and what each spawned (SuperExec, ClientApps)."""
-        _kill(process_tree([p.pid for p in self.processes]))
-
-    def kill_supernode(self, index: int) -> None:
-        """Kill the `index`-th SuperNode and its ClientApps, as a device that dies."""
-        _kill(process_tree([self.processes[1 + index].pid]))
-
-
-def start_deployment(
-    flwr_home: Path,
-    node_configs: list[str],
-    env: dict[str, str],
-    federation: str = "deployment",
-    startup_timeout: float = 120,
-    certs: Path | None = None,
-    registered: Collection[int] | None = None,
-) -> Deployment:
-    """Start `flower-superlink` and one `flower-supernode` per entry of `node_configs` (their
-    `--node-config`, e.g. "partition-id=0 num-partitions=2") on free local ports, and register
-    them as `federation` in `$FLWR_HOME/config.toml`. Logs go to `flwr_home/<process>.log`.
-    Call `.stop()` when done.
-
-    Insecure by default. With `certs`, a folder written by `deploy/make-certs.sh`, it is the
-    README's secure deployment, so that tests exercise what a user runs: the SuperLink serves
-    TLS with `server.crt` (SuperNodes and `flwr` verify it with `ca.crt`). With `registered`
-    too (indices into `node_configs`), the SuperLink runs `--enable-supernode-auth`, SuperNode
-    i signs with its key `certs/device-<i>`, and only the `registered` nodes' public keys are
-    registered (`flwr supernode register`, as a user would) before any SuperNode starts: the
-    others are refused and exit (their log says why).
-    """
-    if registered is not None and certs is None:
-        raise ValueError("SuperNode authentication (`registered`) needs TLS (`certs`)")
-    if not set(registered or ()) <= set(range(len(node_configs))):
-        raise ValueError(f"`registered` {registered} names SuperNodes that are not started")
-    keys = certs.resolve() if certs is not None and registered is not None else None
-    flwr_home.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    link = ["flower-superlink", *_tls_args(certs, "superlink"), "--port", str(port),
-            "--disable-runtime-dependency-installation", "--database",
-            str(flwr_home / f"{federation}.db")]  # fmt: skip
-    if keys is not None:
-        link.append("--enable-supernode-auth")  # only registered public keys may join
-    procs = [_spawn(link, env, flwr_home / "superlink.log")]
-    try:
-        _wait_for_port(port, startup_timeout)
-        _add_federation(flwr_home, federation, port, certs)
-        for i in sorted(registered or ()) if keys is not None else ():
-            _register_supernode(keys / f"device-{i}.pub", federation, env)
-        for i, node_config in enumerate(node_configs):
-            cmd = ["flower-supernode", *_tls_args(certs, "supernode")]
-            cmd += ["--superlink", f"127.0.0.1:{port}"]
-            if keys is not None:
-                cmd += ["--auth-supernode-private-key", str(keys / f"device-{i}")]
-            cmd += ["--port", str(_free_port()), "--node-config", node_config]
-            procs.append(_spawn(cmd, env, flwr_home / f"supernode-{i}.log"))
-    except BaseException:
-        Deployment(federation, procs).stop()
-        raise
-    return Deployment(federation, procs)
-
-
-def _tls_args(certs: Path | None, role: str) -> list[str]:
-    """`flower-superlink` / `flower-supernode` flags for TLS from `certs`, or `--insecure`."""
-    if certs is None:
-        return ["--insecure"]
-    certs = certs.resolve()
-    if role == "supernode":
-        return ["--root-certificates", str(certs / "ca.crt")]
-    return ["--ssl-ca-certfile", str(certs / "ca.crt"), "--ssl-certfile",
-            str(certs / "server.crt"), "--ssl-keyfile", str(certs / "server.key")]  # fmt: skip
-
-
-def _add_federation(flwr_home: Path, federation: str, port: int, certs: Path | None) -> None:
-    """The `[superlink.<federation>]` entry `flwr` commands use (TLS: verified with ca.crt)."""
-    config = flwr_home / "config.toml"
-    text = config.read_text() if config.exists() else _DEFAULT_CONFIG
-    text += f'\n[superlink.{federation}]\naddress = "127.0.0.1:{port}"\n'
-    if certs is None:
-        text += "insecure = true\n"
-    else:
-        text += f"root-certificates = {json.dumps(str(certs.resolve() / 'ca.crt'))}\n"
-    config.write_text(text)
-
-
-def _register_supernode(public_key: Path, federation: str, env: dict[str, str]) -> int:
-    """Register a device's public key on the SuperLink with `flwr supernode register`; returns
-    the node id the SuperLink gives it."""
-    args = ["supernode", "register", str(public_key), federation, "--format", "json"]
-    out = _flwr(args, env, check=False)
-    try:
-        answer = json.loads(out.stdout[out.stdout.index("{") :])
-    except ValueError:
-        answer = {}
-    if out.returncode or not answer.get("success"):
-        raise RuntimeError(
-            f"flwr supernode register {public_key} failed:\n{out.stdout}{out.stderr}"
-        )
-    return int(answer["node-id"])
-
-
-_DEFAULT_CONFIG = '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
-
-
-def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    with open(log, "ab") as out:
-        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
-def _wait_for_port(port: int, timeout: float) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.5)
-    raise RuntimeError(f"the SuperLink did not open port {port} within {timeout}s")
 
 
 def stop_local_superlink(flwr_home: Path) -> int:
@@ -321,67 +194,11 @@ def stop_local_superlink(flwr_home: Path) -> int:
     Returns how many processes were signalled.
     """
     doomed = superlink_tree(flwr_home)
-    _kill(doomed)
+    kill(doomed)
     return len(doomed)
 
 
-def _kill(pids: set[int]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        if sig == signal.SIGTERM and pids:
-            time.sleep(2)
-
-
-def superlink_tree(flwr_home: Path) -> set[int]:
-    """PIDs of the managed SuperLink(s) whose command line names `flwr_home`, and of every
-    process below them. The whole tree is collected first: killed parents re-parent orphans.
-    """
-    marker = str(Path(flwr_home))
-    roots = [
-        pid for pid in _parent_pids() if "flower-superlink" in (c := cmdline(pid)) and marker in c
-    ]
-    return process_tree(roots)
-
-
-def process_tree(roots: list[int]) -> set[int]:
-    """`roots` and every process below them (collected before anything is killed, since killed
-    parents re-parent their orphans).
-    """
-    parents = _parent_pids()
-    tree, frontier = set(roots), list(roots)
-    while frontier:
-        pid = frontier.pop()
-        children = [c for c, p in parents.items() if p == pid and c not in tree]
-        tree.update(children)
-        frontier.extend(children)
-    return tree
-
-
-def _parent_pids() -> dict[int, int]:
-    parents = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                stat = (proc / "stat").read_text()
-                parents[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    return parents
-
-
-def cmdline(pid: int) -> str:
-    """A process's command line, arguments joined by spaces ("" when it is gone)."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

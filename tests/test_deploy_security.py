@@ -19,7 +19,8 @@ import pytest
 from flwr.app import ArrayRecord, MetricRecord
 
 import devtools.inprocess as inprocess
-from devtools.launch import offline_env, run_app, start_deployment, stop_local_superlink
+from devtools.deployment import start_deployment
+from devtools.launch import offline_env, run_app, stop_local_superlink
 from pfedgm_app import wire
 from pfedgm_app.methods import METHODS, get_method
 

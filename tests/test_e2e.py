@@ -10,7 +10,8 @@ import time
 import pytest
 import torch
 
-from devtools.launch import offline_env, run_app, start_deployment, stop_local_superlink
+from devtools.deployment import start_deployment
+from devtools.launch import offline_env, run_app, stop_local_superlink
 from pfedgm_app.data import Protocol, client_indices
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,8 @@ import threading
 import time
 
 from devtools import launch
-from devtools.launch import run_config_arg, stop_local_superlink, superlink_tree
+from devtools.launch import run_config_arg, stop_local_superlink
+from devtools.processes import superlink_tree
 
 
 def test_stop_local_superlink_kills_the_whole_tree(tmp_path):
@@ -56,7 +57,7 @@ def test_wait_asks_flwr_list_once_when_the_log_stream_ends(tmp_path, monkeypatch
     then, once, and not before."""
     started = time.time()
     fake = FakeFlwr(lambda: "finished:failed" if time.time() > started + 1.5 else "running")
-    monkeypatch.setattr(launch, "_flwr", fake)
+    monkeypatch.setattr(launch, "flwr", fake)
     monkeypatch.setattr(launch, "_follow", lambda *_: subprocess.Popen(["sleep", "1.5"]))
     assert launch._wait("1", {}, started + 60, [], tmp_path) == "finished:failed"
     asked = [t - started for t, cmd in fake.calls]
@@ -68,7 +69,7 @@ def test_wait_polls_when_the_stream_ends_before_the_run(tmp_path, monkeypatch):
     still going and asks again until it is finished."""
     started = time.time()
     fake = FakeFlwr(lambda: "finished:completed" if time.time() > started + 1.2 else "running")
-    monkeypatch.setattr(launch, "_flwr", fake)
+    monkeypatch.setattr(launch, "flwr", fake)
     monkeypatch.setattr(launch, "_follow", lambda *_: subprocess.Popen(["true"]))
     assert launch._wait("1", {}, started + 60, [], tmp_path) == "finished:completed"
     assert len([cmd for _, cmd in fake.calls if cmd == "list"]) >= 2
@@ -76,7 +77,7 @@ def test_wait_polls_when_the_stream_ends_before_the_run(tmp_path, monkeypatch):
 
 def test_wait_stops_a_run_still_going_at_the_deadline_and_its_stream(tmp_path, monkeypatch):
     fake = FakeFlwr(lambda: "running")
-    monkeypatch.setattr(launch, "_flwr", fake)
+    monkeypatch.setattr(launch, "flwr", fake)
     stream = subprocess.Popen(["sleep", "300"])
     monkeypatch.setattr(launch, "_follow", lambda *_: stream)
     started = time.time()
@@ -90,7 +91,7 @@ def test_poll_asks_flwr_list_only_when_the_run_stops_writing(tmp_path, monkeypat
     list` is a process that takes CPU from the run measured); its summary ends the wait."""
     done = threading.Event()
     fake = FakeFlwr(lambda: "finished:completed" if done.is_set() else "running")
-    monkeypatch.setattr(launch, "_flwr", fake)
+    monkeypatch.setattr(launch, "flwr", fake)
 
     def run():
         for i in range(13):
@@ -113,7 +114,7 @@ def test_poll_asks_a_silent_run_at_growing_intervals_and_stops_it_at_the_deadlin
     tmp_path, monkeypatch
 ):
     fake = FakeFlwr(lambda: "running")
-    monkeypatch.setattr(launch, "_flwr", fake)
+    monkeypatch.setattr(launch, "flwr", fake)
     started = time.time()
     assert launch._poll("1", {}, started + 5, [], tmp_path) == "timeout (running)"
     asked = [t - started for t, cmd in fake.calls if cmd == "list"]
