@@ -13,7 +13,7 @@ ServerApp) keeps busy during the rounds.
     python benchmarks/bench_scale.py                       # pFedGM, 3 rounds, Dir(0.5)
     python benchmarks/bench_scale.py --clients 1000 --rounds 2
     python benchmarks/bench_scale.py --messages-in-flight -1  # at most twice the cores unanswered
-    python benchmarks/bench_scale.py --set engine-poll-index=false  # Flower's unindexed polls
+    python benchmarks/bench_scale.py --set local-epochs=2  # any run-config key (repeatable)
     python benchmarks/bench_scale.py --engine inprocess       # the app alone, no Flower engine
 
 `--engine inprocess` runs the same ServerApp and ClientApps in this process, one client after

@@ -106,11 +106,9 @@ class RunConfig(Settings):
     seed: int = 0
     device: str = "auto"
     client_threads: int = at_least(0, 0)
-    engine_nice: int = at_least(0, 19)  # simulation: the engine's threads yield (engine.py)
-    engine_poll_index: bool = True  # simulation: the engine's polls skip idle nodes (engine.py)
     node_wait_timeout: float = 120.0
     round_timeout: float = 3600.0
-    messages_in_flight: int = at_least(-1, 0)  # WindowedGrid's; 0: all; -1: auto (engine.py)
+    messages_in_flight: int = at_least(-1, 0)  # WindowedGrid's; 0: all; -1: auto (window.py)
     resume: bool = False  # continue the run in output-dir from its last checkpoint
     min_nodes: int = at_least(0, 0)  # N > 0: start with N SuperNodes, take in later ones
     client_state_dir: str = ""  # clients also keep their arrays in files here (resume)
@@ -125,10 +123,6 @@ class RunConfig(Settings):
             raise ConfigError(f"dirichlet-alpha must be > 0, got {self.dirichlet_alpha}")
         if not 0 < self.fraction_train <= 1:
             raise ConfigError(f"fraction-train (q) must lie in (0, 1], got {self.fraction_train}")
-        if self.engine_nice > 19:
-            raise ConfigError(
-                f"engine-nice must lie in [0, 19] (0: leave it), got {self.engine_nice}"
-            )
         if not 0 < self.test_fraction < 1:
             raise ConfigError(f"test-fraction must lie in (0, 1), got {self.test_fraction}")
         if self.corruption not in CORRUPTION_ASSIGNMENTS:

@@ -19,7 +19,6 @@ from flwr.serverapp import Grid, ServerApp
 from . import wire
 from .config import ConfigError, RunConfig
 from .data import Protocol, resolve_dataset
-from .engine import index_engine_polls, messages_in_flight, yield_to_clients
 from .federation import discover_clients, model_input, partition_ranks, query_new_nodes
 from .methods import ClientPlugin, Method, parse_run_config
 from .results import RunWriter, accuracy_by_type, evaluation_row
@@ -30,6 +29,7 @@ from .strategies import (
     WindowedGrid,
     summarize,
 )
+from .strategies.window import messages_in_flight
 
 app = ServerApp()
 
@@ -41,14 +41,12 @@ def main(grid: Grid, context: Context) -> None:
     try:  # every check before round 1: a bad run-config or federation ends the run here
         cfg, method, settings = parse_run_config(context.run_config)
         cfg = dataclasses.replace(cfg, dataset=resolve_dataset(cfg.dataset))
-        index_engine_polls(cfg.engine_poll_index)  # before the first message is stored
         if window := messages_in_flight(cfg.messages_in_flight):  # every exchange below
             grid = WindowedGrid(grid, window)
             log(INFO, "pFedGM app: at most %d messages in flight (messages-in-flight)", window)
         writer = RunWriter.create(cfg, started)
         left_out: dict[int, str] = {}  # min-nodes: SuperNodes that could not take part, why
         clients = discover_clients(grid, cfg, left_out)  # the clients load their data
-        yield_to_clients(cfg.engine_nice)  # the engine runs now: its poller yields the cores
     except ConfigError as exc:
         log(ERROR, "pFedGM app: %s", exc)
         raise

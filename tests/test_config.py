@@ -101,8 +101,6 @@ def test_a_method_registered_once_is_known_everywhere():
         ({"protocol": "fewshot"}, "protocol must be one of"),
         ({"protocol": "generalization", "corruption": "50C"}, "leave corruption='none'"),
         ({"eval-every": -1}, "eval-every must be >= 0"),
-        ({"engine-nice": 20}, "engine-nice must lie in [0, 19]"),
-        ({"engine-nice": -1}, "engine-nice must be >= 0"),
         ({"no-such-key": 1}, "unknown run-config key"),
         ({"navigator-init": "xavier"}, "navigator-init must be one of"),
     ],

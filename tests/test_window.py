@@ -4,11 +4,14 @@ send_and_receive, the timeout, and refused pushes."""
 from __future__ import annotations
 
 import itertools
+import sys
 
 import pytest
 from flwr.app import Message, MessageType, RecordDict
 
+from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.strategies import WindowedGrid
+from pfedgm_app.strategies.window import AUTO, in_simulation_engine, messages_in_flight
 
 pytestmark = pytest.mark.usefixtures("task_identity")  # Messages need a run identity
 
@@ -84,3 +87,18 @@ def test_timeout_stops_the_exchange_and_a_refused_push_is_not_waited_for():
 def test_delegates_everything_else():
     inner = FakeGrid()
     assert list(WindowedGrid(inner, 2).get_node_ids()) == [1, 2, 3]
+
+
+def test_messages_in_flight_auto_is_twice_the_cores_in_the_simulation_process_only(monkeypatch):
+    assert RunConfig().messages_in_flight == 0  # the default: all at once, as Flower's grids
+    assert not in_simulation_engine()  # pytest, the in-process driver
+    assert messages_in_flight(AUTO) == 0  # here: not Flower's simulation process
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/flwr-simulation", "--insecure"])
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2})
+    assert messages_in_flight(AUTO) == 6
+    assert [messages_in_flight(n) for n in (0, 1, 40)] == [0, 1, 40]  # as given, anywhere
+
+
+def test_messages_in_flight_below_auto_is_refused():
+    with pytest.raises(ConfigError, match="messages-in-flight must be >= -1"):
+        RunConfig(messages_in_flight=-2).validate()

@@ -1,23 +1,47 @@
-"""A Grid that keeps a bounded number of messages in flight (flwr only).
+"""A Grid that keeps a bounded number of messages in flight (flwr only), and the window that
+run-config `messages-in-flight` gives it.
 
-Why: Flower 1.42's simulation engine polls its message store for every simulated node every
-0.1 s (`vce_api.add_messages_to_queue`), and each poll checks every stored message
-(`InMemoryLinkState.get_message_ins`), so its cost is (nodes x messages in flight) per tenth
-of a second. With 1000 nodes, a round's 30 train messages already cost more CPU than the
-ClientApps get, and an all-client step (discovery, the personalize round) puts 1000 messages in
-the store at once. Keeping only a few messages in flight, about as many as ClientApps run at
-once, bounds that cost by the window instead of the sampled clients; the replies are the same.
+Why: a simulation engine whose cost per poll grows with the messages waiting in its store
+(Flower 1.42's checks every stored message for every simulated node it polls:
+`docs/upstream/poller-index.md`) costs less with fewer messages in flight. Keeping about as
+many as ClientApps run at once bounds that cost by the window instead of the sampled clients;
+the replies are the same. Each message then waits for a reply to come back first, which
+starves the ClientApps when clients are quick, so it is not the default
+(`benchmarks/README.md` has the measurements).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from flwr.app import Message, RecordDict
-from flwr.proto.node_pb2 import NodeInfo  # pylint: disable=E0611
 from flwr.serverapp import Grid
-from flwr.supercore.run import Run
+
+AUTO = -1  # run-config `messages-in-flight`: chosen by where the ServerApp runs
+
+
+def in_simulation_engine() -> bool:
+    """Whether this process is Flower's simulation process (the ServerApp's host there)."""
+    return Path(sys.argv[0]).name == "flwr-simulation"
+
+
+def messages_in_flight(setting: int) -> int:
+    """The window of `WindowedGrid` for run-config `messages-in-flight`: a value >= 0 as given
+    (0: all of an exchange at once); AUTO: twice this machine's cores in Flower's simulation
+    process (no more ClientApps than cores run at once, each taking a whole CPU; the spare
+    half is queued so that none waits for the next message), 0 elsewhere: in a deployment
+    SuperNodes train side by side and no engine polls for them. (With
+    `client-resources-num-cpus=0` more ClientApps than cores can run: give the key a value.)"""
+    if setting != AUTO:
+        return setting
+    if not in_simulation_engine():
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return 2 * (cores or 1)
 
 
 class WindowedGrid(Grid):
@@ -34,12 +58,12 @@ class WindowedGrid(Grid):
             raise ValueError(f"window must be >= 0 (0: no limit), got {window}")
         self.grid, self.window, self.poll_interval = grid, window, poll_interval
 
-    # -- delegated ------------------------------------------------------------------------------
-    def set_run(self, run: Run) -> None:
+    # -- delegated (Flower's run and node types are not public: passed through unannotated) --
+    def set_run(self, run) -> None:
         self.grid.set_run(run)
 
     @property
-    def run(self) -> Run:
+    def run(self):
         return self.grid.run
 
     def create_message(  # noqa: PLR0913 (Flower's signature)
@@ -55,7 +79,7 @@ class WindowedGrid(Grid):
     def get_node_ids(self) -> Iterable[int]:
         return self.grid.get_node_ids()
 
-    def get_nodes(self) -> Iterable[NodeInfo]:
+    def get_nodes(self) -> Iterable:
         return self.grid.get_nodes()
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
