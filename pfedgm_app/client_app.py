@@ -14,12 +14,14 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Mapping
+from logging import ERROR
 from pathlib import Path
 from typing import Any
 
 import torch
-from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common import log
 
 from . import wire
 from .config import ConfigError, RunConfig
@@ -67,6 +69,23 @@ def node_data(cfg: RunConfig, node: Mapping[str, Any]) -> tuple[int, int, Client
     return pid, num, load_client_data(Protocol.of(cfg, num, dataset), pid)
 
 
+class DataUnavailable(ConfigError):
+    """This SuperNode's data cannot be loaded: its path missing, a file unreadable or corrupt,
+    columns or labels the run cannot use. Its message is one line that names the data."""
+
+
+def load_node_data(cfg: RunConfig, node: Mapping[str, Any]) -> tuple[int, int, ClientData]:
+    """`node_data`, its expected failures (ConfigError and any other ValueError or OSError of
+    data loading) raised as one `DataUnavailable`."""
+    try:
+        return node_data(cfg, node)
+    except (ValueError, OSError) as exc:
+        reason = " ".join(str(exc).split()) or "no reason given"
+        if not isinstance(exc, ConfigError):  # e.g. a PermissionError: its kind says what
+            reason = f"{type(exc).__name__}: {reason}"
+        raise DataUnavailable(reason) from exc
+
+
 Client = tuple[int, int, ClientPlugin, ClientRun, float]
 
 
@@ -77,7 +96,7 @@ def _client(msg: Message, context: Context, purpose: str) -> Client:
     set_threads(cfg.client_threads)
     keep_freed_memory()
     started = time.perf_counter()
-    pid, num, data = node_data(cfg, context.node_config)
+    pid, num, data = load_node_data(cfg, context.node_config)
     seconds = time.perf_counter() - started
     device = pick_device(cfg.device)
     data = data.to(device)
@@ -109,8 +128,15 @@ def _sizes(run: ClientRun) -> dict[str, int]:
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
-    """Report identity and data sizes (the server checks the federation before round 1)."""
-    pid, num, _, run, seconds = _client(msg, context, "query")
+    """Report identity and data sizes (the server checks the federation before round 1). A
+    node whose data cannot be loaded answers with the reason instead (`wire.UNAVAILABLE`), and
+    logs it in one line: the server names the node and the reason before round 1."""
+    try:
+        pid, num, _, run, seconds = _client(msg, context, "query")
+    except DataUnavailable as exc:
+        log(ERROR, "pFedGM app: node %s cannot take part: %s", context.node_id, exc)
+        reason = ConfigRecord({wire.REASON: str(exc)})
+        return Message(RecordDict({wire.UNAVAILABLE: reason}), reply_to=msg)
     metrics = {
         wire.PARTITION_ID: pid,
         wire.NUM_PARTITIONS: num,

@@ -4,7 +4,6 @@ partition and data sizes (`query` messages), and refuses a federation that canno
 
 from __future__ import annotations
 
-import re
 import time
 from logging import INFO, WARNING
 
@@ -14,6 +13,8 @@ from flwr.serverapp import Grid
 
 from . import wire
 from .config import ConfigError, RunConfig
+
+REASON_CHARS = 300  # at most this much of a failed ClientApp's error reason is reported
 
 
 def discover_clients(
@@ -75,8 +76,9 @@ def query_new_nodes(
     data, add their answers to `infos` (checked: one num-partitions, distinct partition-ids,
     one model input: image shape and classes); returns the nodes added.
 
-    A node that answers with an error (its ClientApp raised, e.g. its data is missing or has
-    labels outside the run's classes) or with another model input ends the run, unless
+    A node that cannot take part (`unavailable`: its data cannot be loaded, e.g. missing or
+    with labels outside the run's classes, or its ClientApp failed) or whose data gives another
+    model input ends the run with one ConfigError naming the node and the cause, unless
     `min-nodes` is set: then it is logged, recorded in `failed` and never asked again.
     """
     failed = {} if failed is None else failed
@@ -85,11 +87,12 @@ def query_new_nodes(
     added, held = [], {int(i[wire.PARTITION_ID]) for i in infos.values()}
     for reply in grid.send_and_receive(messages, timeout=cfg.round_timeout) if new else []:
         node = reply.metadata.src_node_id
-        info = {} if reply.has_error() else dict(reply.content[wire.METRICS])
-        problem = error_reason(reply) if reply.has_error() else _other_input(info, infos)
+        problem = unavailable(reply)
+        info = {} if problem else dict(reply.content[wire.METRICS])
+        problem = problem or _other_input(info, infos)
         if problem:
             if not cfg.min_nodes:
-                raise ConfigError(f"SuperNode {node} could not load its data: {problem}")
+                raise ConfigError(f"SuperNode {node} cannot take part: {problem}")
             log(WARNING, "pFedGM app: SuperNode %d left out: %s", node, problem)
             failed[node] = problem
             continue
@@ -107,13 +110,21 @@ def query_new_nodes(
     return added
 
 
-def error_reason(reply: Message) -> str:
-    """A ClientApp's exception message from an error reply, without Flower's wrapping
-    ("<class 'X'>:<'message'>", and the simulation's ClientAppException preamble)."""
-    reason = reply.error.reason
-    match = re.fullmatch(r"<class '[^']*'>:<'(.*)'>", reason, flags=re.DOTALL)
-    reason = match.group(1) if match else reason
-    return reason.split("occurred. Message: ", 1)[-1].strip()
+def unavailable(reply: Message) -> str | None:
+    """Why the node of a query reply cannot take part, in one line; None if it can. Its data
+    could not be loaded: the reason its ClientApp gave (`wire.UNAVAILABLE`). Its ClientApp
+    failed otherwise (an error reply): Flower's error code and its reason, as Flower wrote it,
+    on one line and shortened."""
+    if reply.has_error():
+        reason = " ".join(reply.error.reason.split())
+        if len(reason) > REASON_CHARS:
+            reason = reason[: REASON_CHARS - 3] + "..."
+        return f"its ClientApp failed (Flower error code {reply.error.code}): {reason}"
+    if wire.UNAVAILABLE in reply.content:
+        return f"could not load its data: {reply.content[wire.UNAVAILABLE][wire.REASON]}"
+    if wire.METRICS not in reply.content:
+        return "its query reply holds neither metrics nor a reason (another app's ClientApp?)"
+    return None
 
 
 def _other_input(info: dict, infos: dict[int, dict]) -> str | None:

@@ -6,11 +6,14 @@ Messages and their records (R = RecordDict key):
 
 | message type           | server -> client                          | client -> server           |
 |------------------------|-------------------------------------------|----------------------------|
-| `query`                | (empty)                                   | METRICS: identity, data    |
+| `query`                | (empty)                                   | METRICS: identity, data;   |
+|                        |                                           | or UNAVAILABLE: REASON     |
 | `train`                | ARRAYS, CONFIG (ROUND), EXTRAS (optional) | ARRAYS, METRICS, EXTRAS?   |
 | `train.personalize`    | ARRAYS, CONFIG, EXTRAS (optional)         | METRICS: ACCURACY, ...     |
 
-Messages carry per-round values only; the run's settings reach every ClientApp through
+A node whose data cannot be loaded answers `query` with UNAVAILABLE (a ConfigRecord whose REASON
+says why, in one line) instead of raising: the server names the node and the reason before
+round 1. Messages carry per-round values only; the run's settings reach every ClientApp through
 `context.run_config`.
 """
 
@@ -22,9 +25,11 @@ ARRAYS = "arrays"  # model arrays the server averages (Flower's default `arrayre
 CONFIG = "config"  # per-round values (Flower's default `configrecord_key`)
 METRICS = "metrics"
 EXTRAS = "extras"  # non-model arrays (statistics, per-client heads), in both directions
+UNAVAILABLE = "unavailable"  # a query reply's ConfigRecord: this node cannot take part
 
 # ConfigRecord keys
 ROUND = "server-round"  # set by Flower's strategies in every train message
+REASON = "reason"  # UNAVAILABLE's: why, in one line ("data-path '/x' does not exist ...")
 
 # MetricRecord keys
 NUM_EXAMPLES = "num-examples"  # training samples: the weight of the average

@@ -157,6 +157,41 @@ def test_node_config_names_the_client_and_its_data(tmp_path, digits):
         node_data(RunConfig(corruption="50C"), {"data-path": folder})
 
 
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda p: None, "does not exist on this device"),
+        (lambda p: (p.mkdir(), (p / "x.parquet").write_bytes(b"PAR1 not parquet")),
+         "x.parquet: not a readable parquet file"),
+    ],
+)  # fmt: skip
+def test_a_node_whose_data_cannot_be_loaded_answers_the_query_with_why(
+    tmp_path, caplog, make, reason
+):
+    """No exception leaves the ClientApp (Flower would wrap and log it with its traceback): the
+    query's reply carries the reason, and the node logs it in one line."""
+    from flwr.app import Context
+
+    from pfedgm_app import client_app, wire
+    from pfedgm_app.methods import run_config_keys
+
+    path = tmp_path / "data"
+    make(path)
+    run_config = {**run_config_keys(), "dataset": "ylecun/mnist"}
+    context = Context(1, 17, {"data-path": str(path)}, RecordDict(), run_config)
+    request = Message(RecordDict(), dst_node_id=17, message_type="query")
+    with caplog.at_level("ERROR", logger="flwr"):
+        reply = client_app.query(request, context)
+    assert not reply.has_error() and wire.METRICS not in reply.content
+    why = reply.content[wire.UNAVAILABLE][wire.REASON]
+    assert str(path) in why and reason in why and "\n" not in why
+    assert [r.getMessage() for r in caplog.records] == [
+        f"pFedGM app: node 17 cannot take part: {why}"
+    ]
+    assert unavailable(reply) == f"could not load its data: {why}"
+
+
 def test_a_new_process_reads_the_cached_client_and_a_changed_key_decodes_again(
     tmp_path, digits, monkeypatch
 ):
@@ -201,14 +236,14 @@ def test_partitioned_clients_are_cached_on_disk_too(mnist, monkeypatch):
 class DeviceGrid(FakeGrid):
     """FakeGrid whose replies also carry the model input; `inputs` overrides a node's."""
 
-    def __init__(self, partitions, failing=(), inputs=None):
-        super().__init__(partitions, failing)
+    def __init__(self, partitions, failing=(), no_data=(), inputs=None):
+        super().__init__(partitions, failing, no_data)
         self.inputs = inputs or {}
 
     def send_and_receive(self, messages, timeout=None):
         replies = super().send_and_receive(messages, timeout)
         for reply in replies:
-            if not reply.has_error():
+            if reply.has_content() and "metrics" in reply.content:
                 shape, k = self.inputs.get(reply.metadata.src_node_id, ([1, 28, 28], 10))
                 metrics = {**reply.content["metrics"], "image-shape": shape, "num-classes": k}
                 reply.content["metrics"] = MetricRecord(metrics)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import time
 
 import pytest
@@ -104,6 +105,28 @@ def test_bad_input_fails_the_run_with_its_error(flower_env, tmp_path, cifar10, o
     assert run.status == "finished:failed", run.status
     assert message in run.log
     assert "[ROUND 1" not in run.log
+
+
+def test_a_client_whose_data_is_corrupt_fails_the_run_before_round_1_in_one_line(
+    flower_env, tmp_path, mnist
+):
+    """The clients' data is a corrupt parquet file (the server never reads it): each ClientApp
+    answers the query with why, so no exception reaches Flower (no ClientApp traceback), and
+    the ServerApp ends the run before round 1 with one line naming a node and the file."""
+    data = tmp_path / "corrupt"
+    data.mkdir()
+    (data / "train.parquet").write_bytes((mnist / "test.parquet").read_bytes()[:5000])
+    cfg = {"dataset": str(data), "output-dir": str(tmp_path / "out")}
+    run = run_app(cfg, 2, flower_env, timeout=300)
+    assert run.status == "finished:failed", run.status
+    assert "[ROUND 1" not in run.log
+    cause = f"{data / 'train.parquet'}: not a readable parquet file"
+    line = re.search(
+        r"pFedGM app: SuperNode \d+ cannot take part: could not load its data: .*", run.log
+    )
+    assert line and cause in line.group(), run.log[-3000:]
+    # no ClientApp raised: at most the ServerApp's own error is reported with a traceback
+    assert run.log.count("Traceback") <= 1, run.log[-3000:]
 
 
 def test_deployment_of_devices_with_their_own_data_survives_a_bad_and_a_killed_one(tmp_path, mnist):

@@ -15,10 +15,12 @@ pytestmark = pytest.mark.usefixtures("task_identity")  # Messages need a run ide
 
 class FakeGrid:
     """Answers like SuperNodes would: `query` with the node's partition, `train.personalize`
-    with an accuracy; nodes in `failing` reply with an error."""
+    with an accuracy; nodes in `failing` reply with an error (a ClientApp that raised), nodes
+    in `no_data` answer `query` with the reason their data cannot be loaded."""
 
-    def __init__(self, partitions: dict[int, tuple[int, int]], failing=()):
-        self.partitions, self.failing, self.sent = partitions, set(failing), []
+    def __init__(self, partitions: dict[int, tuple[int, int]], failing=(), no_data=()):
+        self.partitions, self.failing, self.no_data = partitions, set(failing), set(no_data)
+        self.sent = []
 
     def get_node_ids(self):
         return list(self.partitions)
@@ -30,6 +32,10 @@ class FakeGrid:
             self.sent.append((node, msg.metadata.message_type))
             if node in self.failing:
                 replies.append(Message(Error(code=1, reason="boom"), reply_to=msg))
+                continue
+            if node in self.no_data and msg.metadata.message_type == "query":
+                why = ConfigRecord({"reason": "data-path '/x' does not exist on this device"})
+                replies.append(Message(RecordDict({"unavailable": why}), reply_to=msg))
                 continue
             pid, num = self.partitions[node]
             metrics = {"partition-id": pid, "num-partitions": num, "num-examples": 50,
@@ -55,8 +61,22 @@ def test_inconsistent_federations_are_rejected():
         discover_clients(FakeGrid({1: (0, 2), 2: (1, 3)}), RunConfig(node_wait_timeout=0.5))
     with pytest.raises(ConfigError, match="two SuperNodes hold partition-id 0"):
         discover_clients(FakeGrid({1: (0, 2), 2: (0, 2)}), RunConfig(node_wait_timeout=0.5))
-    with pytest.raises(ConfigError, match="could not load its data: boom"):
+
+
+def test_a_node_that_cannot_take_part_is_named_with_its_cause_in_one_line():
+    """Its data cannot be loaded (its ClientApp answers why), or its ClientApp failed (an error
+    reply: Flower's code and reason, on one line)."""
+    grid = FakeGrid({1: (0, 2), 2: (1, 2)}, no_data=[2])
+    with pytest.raises(ConfigError) as err:
+        discover_clients(grid, RunConfig(node_wait_timeout=0.5))
+    assert str(err.value) == ("SuperNode 2 cannot take part: could not load its data: "
+                              "data-path '/x' does not exist on this device")  # fmt: skip
+    with pytest.raises(ConfigError) as err:
         discover_clients(FakeGrid({1: (0, 1)}, failing=[1]), RunConfig(node_wait_timeout=0.5))
+    assert (
+        str(err.value)
+        == "SuperNode 1 cannot take part: its ClientApp failed (Flower error code 1): boom"
+    )
 
 
 def test_sampling_by_partition_is_the_same_whatever_the_node_ids():
