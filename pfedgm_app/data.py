@@ -180,11 +180,6 @@ def _load_pool(source: str) -> PoolInfo:
             f"{labels.max()}], outside the {num_classes} classes its schema declares "
             "(unlabeled rows, e.g. -1, must be removed from the copy)"
         )
-    if len(np.unique(labels)) < 2:
-        raise ConfigError(
-            f"dataset {source!r} holds {len(np.unique(labels))} class(es) in column "
-            f"{label_col!r}: a classifier needs at least 2; give a dataset with 2 or more"
-        )
     shape = _image_shape(pool, image_col)
     if shape not in BACKBONES:
         raise ConfigError(
@@ -481,6 +476,11 @@ def _partition(protocol: Protocol) -> list[np.ndarray]:
         if 0 < protocol.pool_size < len(subset):
             rng = np.random.default_rng(protocol.seed)
             subset = np.sort(rng.choice(subset, protocol.pool_size, replace=False))
+        if (present := len(np.unique(pool.labels[subset]))) < 2:  # a device may hold one
+            raise ConfigError(
+                f"dataset {pool.source!r} holds {present} class(es) to partition: a classifier "
+                "needs at least 2; give a dataset with 2 or more"
+            )
         min_size = min_partition_size(protocol.min_train, protocol.test_fraction)
         parts = dirichlet_partition(
             pool.labels[subset], protocol.num_partitions, protocol.alpha, min_size, protocol.seed

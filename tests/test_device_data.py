@@ -290,8 +290,9 @@ def test_a_failed_clientapps_error_is_reported_as_flower_wrote_it_on_one_line():
 def test_a_one_class_dataset_or_class_list_is_refused(tmp_path, digits):
     """A single class would train nothing and report 100 % accuracy: refused with its reason."""
     one = write_image_folder(digits.filter(lambda r: r["label"] == 3), tmp_path / "threes")
-    with pytest.raises(ConfigError, match="holds 1 class.*at least 2"):
-        load_pool(str(one))
+    with pytest.raises(ConfigError, match="holds 1 class.*to partition: a classifier needs"):
+        load_client_data(Protocol.of(RunConfig(dataset=str(one), min_train_samples=1), 2), 0)
+    assert load_device_data(device(one, min_train=1)).num_classes == 10  # a device may hold one
     with pytest.raises(ConfigError, match=r"class list is \['3'\]: a classifier needs at least 2"):
         run_classes("", str(one))
     with pytest.raises(ConfigError, match="at least 2 classes"):
