@@ -302,7 +302,7 @@ def accuracy_by_type(
         groups.setdefault(client_type(int(row[wire.PARTITION_ID])), []).append(row)
     result = {}
     for kind, members in sorted(groups.items()):
-        stats = summarize(members, wire.ACCURACY, wire.NUM_TEST, [])
+        stats = summarize(members, [])
         result[kind] = {"mean_accuracy": stats.mean_accuracy, "std_accuracy": stats.std_accuracy,
                         "clients": len(members)}  # fmt: skip
     return result

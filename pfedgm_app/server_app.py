@@ -22,13 +22,7 @@ from .data import Protocol, resolve_dataset
 from .federation import discover_clients, model_input, partition_ranks, query_new_nodes
 from .methods import ClientPlugin, Method, parse_run_config
 from .results import RunWriter, accuracy_by_type, evaluation_row
-from .strategies import (
-    PersonalizationResult,
-    PersonalizedFedAvg,
-    RoundHook,
-    WindowedGrid,
-    summarize,
-)
+from .strategies import PersonalizationResult, PersonalizedFedAvg, WindowedGrid, summarize
 from .strategies.window import messages_in_flight
 
 app = ServerApp()
@@ -65,27 +59,82 @@ def main(grid: Grid, context: Context) -> None:
 
     refresh = take_in_new_nodes if cfg.min_nodes else None
     evaluation = Evaluation(grid, cfg, protocol, ranks, refresh=refresh, left_out=left_out)
-    strategy = build_strategy(cfg, method, ranks, evaluation.round_hook(writer), trained, refresh)
+    strategy = build_strategy(cfg, method, ranks, trained)
     evaluation.strategy = strategy
-    initial = initial_arrays(cfg, method.plugin(settings), *model_input(clients))
+    arrays = initial_arrays(cfg, method.plugin(settings), *model_input(clients))
+    strategy.check_initial(arrays)
+    done = 0
     if cfg.resume:
-        initial = resume(cfg, writer, strategy, method, initial)
+        done, arrays = resume(cfg, writer, strategy, method, arrays)
 
     # Phase 1: global collaborative training (Algorithm 1, or the baseline's rounds)
     writer.mark("rounds")
-    result = strategy.start(
-        grid=grid,
-        initial_arrays=initial,
-        num_rounds=cfg.num_server_rounds - strategy.completed_rounds,
-        timeout=cfg.round_timeout,
-        train_config=ConfigRecord(),
-    )
+    rounds = Rounds(grid, strategy, cfg.num_server_rounds, cfg.round_timeout, refresh)
+    arrays = rounds.run(arrays, done, evaluation.after_round(writer))
     writer.mark("trained")
-    final = result.arrays if result.arrays else initial  # no round aggregated: the start
-    writer.save_weights(final)
+    writer.save_weights(arrays)
 
     # Phase 2: personalized client adaptation and evaluation, on every evaluated client
-    writer.finish(cfg, len(clients), *evaluation.run(final))
+    writer.finish(cfg, len(clients), *evaluation.run(arrays))
+
+
+@dataclass
+class Rounds:
+    """Phase 1's loop: each round the strategy samples and configures (`configure_train`), the
+    grid exchanges the messages, the strategy aggregates (`aggregate_train`), then
+    `after_round` (outputs, evaluation, checkpoint) sees the round's global arrays. Round
+    numbers are the run's own, also after a resume."""
+
+    grid: Grid
+    strategy: PersonalizedFedAvg
+    last: int  # num-server-rounds
+    timeout: float  # round-timeout
+    refresh: Callable[[Grid], None] | None = None  # min-nodes: take in SuperNodes that joined
+
+    def run(self, arrays: ArrayRecord, done: int, after_round: AfterRound) -> ArrayRecord:
+        """Rounds done+1..last from `arrays`; the global arrays after the last. Stops with
+        the reasons when no round of this sitting could aggregate a reply (every client
+        failed), rather than personalize a model no client trained."""
+        failed: dict[int, str] = {}
+        for server_round in range(done + 1, self.last + 1):
+            log(INFO, "")
+            log(INFO, "[ROUND %d/%d]", server_round, self.last)
+            if self.refresh is not None:
+                self.refresh(self.grid)
+            config = ConfigRecord()
+            messages = list(self.strategy.configure_train(server_round, arrays, config, self.grid))
+            replies = list(self.grid.send_and_receive(messages, timeout=self.timeout))
+            update, metrics = self.strategy.aggregate_train(server_round, replies)
+            if update is None:
+                failed[server_round] = first_failure(replies, len(messages))
+                log(WARNING, "round %d: no update aggregated (%s)", server_round,
+                    failed[server_round])  # fmt: skip
+            else:
+                arrays = update
+            after_round(server_round, arrays, metrics)
+        if failed and len(failed) == self.last - done:
+            rounds = f"{min(failed)}-{max(failed)}" if len(failed) > 1 else str(min(failed))
+            raise RuntimeError(
+                f"no training round aggregated an update (rounds {rounds}); the first: "
+                f"{failed[min(failed)]}. Fix the clients' failure and run again (resume=true "
+                "continues from the last checkpoint)"
+            )
+        return arrays
+
+
+AfterRound = Callable[[int, ArrayRecord, MetricRecord | None], None]
+
+
+def first_failure(replies: list, sent: int) -> str:
+    """Why a round had nothing to aggregate, in one line: the first client error, or the
+    replies missing."""
+    for reply in replies:
+        if reply.has_error():
+            reason = " ".join(str(reply.error.reason).split())[:300]
+            return f"node {reply.metadata.src_node_id}: {reason}"
+    if len(replies) < sent:
+        return f"{sent - len(replies)} of {sent} client(s) did not answer in time"
+    return "every reply was dropped (see the warnings above)"
 
 
 @dataclass
@@ -125,24 +174,24 @@ class Evaluation:
             return outcome, None
         headline = [r for r in rows if protocol.headline(int(r[wire.PARTITION_ID]))]
         if len(headline) < len(rows):
-            summary = summarize(headline, wire.ACCURACY, wire.NUM_TEST, outcome.failures)
+            summary = summarize(headline, outcome.failures)
             outcome = dataclasses.replace(summary, clients=rows)
         return outcome, accuracy_by_type(rows, protocol.client_type)
 
-    def round_hook(self, writer: RunWriter) -> RoundHook:
-        """The strategy's `on_round`: evaluate every `eval-every` rounds (the last round's is
-        the final Phase 2), write the round's line of `rounds.jsonl`, then the checkpoint a
-        stopped run resumes from (`resume`)."""
+    def after_round(self, writer: RunWriter) -> AfterRound:
+        """After each round: evaluate every `eval-every` rounds (the last round's is the final
+        Phase 2), write the round's line of `rounds.jsonl`, then the checkpoint a stopped run
+        resumes from (`resume`)."""
         every, last = self.cfg.eval_every, self.cfg.num_server_rounds
 
-        def on_round(server_round: int, arrays: ArrayRecord, metrics: MetricRecord | None) -> None:
+        def after(server_round: int, arrays: ArrayRecord, metrics: MetricRecord | None) -> None:
             extra = {}
             if every and server_round % every == 0 and server_round < last:
                 extra = evaluation_row(*self.run(arrays, server_round))
             writer.on_round(server_round, arrays, metrics, **extra)
             writer.save_checkpoint(server_round, arrays, self.strategy.state())
 
-        return on_round
+        return after
 
 
 def resume(
@@ -151,18 +200,19 @@ def resume(
     strategy: PersonalizedFedAvg,
     method: Method,
     initial: ArrayRecord,
-) -> ArrayRecord:
-    """The global arrays and the strategy's state of the stopped run's last checkpoint."""
+) -> tuple[int, ArrayRecord]:
+    """The rounds done and the global arrays of the stopped run's last checkpoint; the
+    strategy continues from the state saved with them."""
     done, arrays, state = writer.load_checkpoint()
     if sorted(arrays) != sorted(initial):
         raise ConfigError("the checkpoint's arrays are another model's: same method and dataset?")
-    strategy.load_state(state, done)
+    strategy.load_state(state)
     writer.resumed_after = done
     if method.keeps_state and not cfg.client_state_dir:
         log(WARNING, "pFedGM app: %s keeps arrays on its clients and client-state-dir is "
             "not set: a new run's clients start without them, so the resumed run differs from "
             "an uninterrupted one", method.name)  # fmt: skip
-    return arrays
+    return done, arrays
 
 
 def initial_arrays(
@@ -180,9 +230,7 @@ def build_strategy(
     cfg: RunConfig,
     method: Method,
     node_ranks: dict[int, int],
-    on_round: RoundHook | None = None,
     train_nodes: list[int] | None = None,
-    before_round: Callable[[Grid], None] | None = None,
 ) -> PersonalizedFedAvg:
     """The server side of `method`; every round waits for all clients to be connected (with
     `min-nodes` N: for N, ending the run when fewer stay connected for `node-wait-timeout`)
@@ -195,8 +243,6 @@ def build_strategy(
         min_train_nodes=1,
         min_available_nodes=cfg.min_nodes or len(node_ranks),
         node_wait_timeout=cfg.node_wait_timeout if cfg.min_nodes else None,
-        before_round=before_round,
-        on_round=on_round,
         node_ranks=node_ranks,
         train_nodes=train_nodes,
         seed=cfg.seed,

@@ -65,7 +65,7 @@ def test_the_final_evaluation_joins_the_last_round_and_every_run_gets_a_plot(tmp
     for name in ("rounds", "trained"):
         writer.mark(name)
     rows = [{"partition-id": i, "accuracy": a, "num-test": 10} for i, a in enumerate((0.5, 0.7))]
-    writer.finish(cfg, 2, summarize(rows, "accuracy", "num-test", []))
+    writer.finish(cfg, 2, summarize(rows, []))
     lines = [json.loads(r) for r in (tmp_path / "rounds.jsonl").read_text().splitlines()]
     assert [r["round"] for r in lines] == [1, 2]  # one line per round, the last one completed
     assert lines[-1]["loss"] == 1.0 and lines[-1][EVAL_MEAN] == pytest.approx(60.0)

@@ -208,8 +208,8 @@ def test_min_nodes_starts_with_the_nodes_connected_and_takes_in_later_ones():
     def take_in(g):
         ranks.update({n: int(infos[n]["partition-id"]) for n in query_new_nodes(g, cfg, infos)})
 
-    strategy = PersonalizedFedAvg(fraction_train=1.0, node_ranks=ranks, before_round=take_in,
-                                  min_available_nodes=2)  # fmt: skip
+    strategy = PersonalizedFedAvg(fraction_train=1.0, node_ranks=ranks, min_available_nodes=2)
+    take_in(grid)  # what the ServerApp's round loop does before each round (`Rounds.refresh`)
     messages = strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid)
     assert sorted(m.metadata.dst_node_id for m in messages) == [1, 2, 9]
     assert ranks[9] == 1
@@ -220,3 +220,43 @@ def test_fewer_nodes_than_min_nodes_for_the_wait_timeout_ends_the_run():
     strategy = PersonalizedFedAvg(min_available_nodes=2, node_wait_timeout=0.2)
     with pytest.raises(RuntimeError, match=r"only 1 SuperNode\(s\) connected .* fewer than the 2"):
         strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid)
+
+
+def test_the_round_loop_numbers_rounds_from_a_resume_and_reports_each_round():
+    """`server_app.Rounds`: rounds done+1..last, the arrays carried from round to round, and
+    `after_round` (outputs, checkpoint) called once per round with its aggregate."""
+    from pfedgm_app.server_app import Rounds
+
+    grid = TrainingGrid({1: (0, 2), 2: (1, 2)})
+    strategy = PersonalizedFedAvg(fraction_train=1.0, min_available_nodes=2)
+    initial = ArrayRecord({"body": Array(np.zeros(2, np.float32)), "head": Array(np.ones(1))})
+    seen = []
+    final = Rounds(grid, strategy, last=5, timeout=10).run(
+        initial, done=2, after_round=lambda r, arrays, m: seen.append((r, m["num-clients"]))
+    )
+    assert seen == [(3, 2), (4, 2), (5, 2)]
+    assert grid.configs == [{"server-round": r} for r in (3, 3, 4, 4, 5, 5)]
+    np.testing.assert_array_equal(final["body"].numpy(), [3, 3])
+    np.testing.assert_array_equal(final["head"].numpy(), [1])
+
+
+class FailingGrid(TrainingGrid):
+    """Every train message gets an error reply (a ClientApp that raises)."""
+
+    def send_and_receive(self, messages, timeout=None):
+        return [Message(Error(code=0, reason="ValueError:\n  no data"), reply_to=m)
+                for m in messages]  # fmt: skip
+
+
+def test_when_no_round_aggregates_the_run_stops_naming_the_rounds_not_personalizing():
+    from pfedgm_app.server_app import Rounds
+
+    grid = FailingGrid({1: (0, 2), 2: (1, 2)})
+    strategy = PersonalizedFedAvg(fraction_train=1.0, min_available_nodes=2)
+    seen = []
+    rounds = Rounds(grid, strategy, last=2, timeout=10)
+    with pytest.raises(
+        RuntimeError, match=r"rounds 1-2\); the first: node \d: ValueError: no data"
+    ):
+        rounds.run(ArrayRecord({"w": Array(np.zeros(1))}), 0, lambda r, a, m: seen.append(m))
+    assert seen == [None, None]  # each round still reached the outputs and checkpoint

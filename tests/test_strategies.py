@@ -77,18 +77,16 @@ def test_replies_without_model_arrays_or_a_positive_weight_are_dropped(caplog):
     assert "node 4: no 'arrays' record" in caplog.text
 
 
-def test_failed_replies_are_skipped_and_the_round_is_still_recorded():
+def test_failed_replies_are_skipped_and_a_round_without_updates_aggregates_nothing():
     from flwr.app import Error
 
-    seen = []
-    strategy = PersonalizedFedAvg(on_round=lambda r, arrays, metrics: seen.append(metrics))
+    strategy = PersonalizedFedAvg()
     current = _arrays(w=[0.0])
     failed = Message(Error(code=1, reason="boom"), reply_to=Message(RecordDict(), 3, "train"))
     arrays, metrics = _aggregate(strategy, current, [_reply(1, _arrays(w=[4.0]), 10), failed])
     np.testing.assert_allclose(arrays["w"].numpy(), [4.0])
     assert metrics["num-clients"] == 1 and metrics["num-examples-total"] == 10
-    _aggregate(strategy, current, [failed])  # nothing left: the round is still recorded
-    assert len(seen) == 2 and seen[1] is None
+    assert _aggregate(strategy, current, [failed]) == (None, None)  # the loop keeps `current`
 
 
 def test_pfedgm_drops_non_positive_covariance():
@@ -124,13 +122,13 @@ def test_summary_is_test_size_weighted_mean_and_std_across_clients():
         {"accuracy": 0.5, "num-test": 100, "acc-x": 0.1},
         {"accuracy": 1.0, "num-test": 300, "acc-x": 0.3},
     ]
-    result = summarize(rows, "accuracy", "num-test", [])
+    result = summarize(rows, [])
     assert result.mean_accuracy == pytest.approx(87.5)
     assert result.unweighted_mean_accuracy == pytest.approx(75.0)
     assert result.std_accuracy == pytest.approx(25.0)
     assert result.means == {"acc-x": pytest.approx(25.0)}
     with pytest.raises(RuntimeError, match="no client answered"):
-        summarize([], "accuracy", "num-test", ["node 1: boom"])
+        summarize([], ["node 1: boom"])
 
 
 def _reply_with_extras(node, arrays, n, extras):

@@ -1,16 +1,11 @@
 """Server-side strategies (flwr + numpy only; no models or data code of this app)."""
 
 from .fedpac import FedPAC
-from .personalized import (
-    PersonalizationResult,
-    PersonalizedFedAvg,
-    RoundHook,
-    merge_arrays,
-    summarize,
-    wait_for_nodes,
-)
+from .personalize import PersonalizationResult, summarize
+from .personalized import PersonalizedFedAvg, merge_arrays
 from .pfedfda import PFedFDA
 from .pfedgm import PFedGM
+from .sampling import sample_nodes, wait_for_nodes
 from .window import WindowedGrid
 
 __all__ = [
@@ -19,9 +14,9 @@ __all__ = [
     "PFedGM",
     "PersonalizationResult",
     "PersonalizedFedAvg",
-    "RoundHook",
     "WindowedGrid",
     "merge_arrays",
+    "sample_nodes",
     "summarize",
     "wait_for_nodes",
 ]

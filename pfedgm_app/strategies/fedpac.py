@@ -104,8 +104,8 @@ class FedPAC(PersonalizedFedAvg):
         return {**super().state(), "protos": self.global_protos,
                 "protos-count": self.protos_count, "heads": heads}  # fmt: skip
 
-    def load_state(self, state: Mapping[str, Any], completed_rounds: int) -> None:
-        super().load_state(state, completed_rounds)
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        super().load_state(state)
         self.global_protos, self.protos_count = state["protos"], state["protos-count"]
         node = {r: n for n, r in (self.node_ranks or {}).items()}
         self.heads = {node.get(r, r): h for r, h in state["heads"].items()}

@@ -10,12 +10,10 @@ losses of `pfedgm_app.gaussian` and answers `train` and `train.personalize` mess
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
-from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result
+from flwr.app import ArrayRecord, RecordDict
 
 from .personalized import PersonalizedFedAvg
 
@@ -41,28 +39,17 @@ class PFedGM(PersonalizedFedAvg):
         self.navigator_keys = tuple(navigator_keys)
         self.covariance_keys = tuple(covariance_keys)
 
-    def start(
-        self,
-        grid: Grid,
-        initial_arrays: ArrayRecord,
-        num_rounds: int = 3,
-        timeout: float = 3600,
-        train_config: ConfigRecord | None = None,
-        evaluate_config: ConfigRecord | None = None,
-        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
-    ) -> Result:
-        missing = [k for k in self.navigator_keys + self.covariance_keys if k not in initial_arrays]
+    def check_initial(self, arrays: ArrayRecord) -> None:
+        """psi's and nu's arrays must be there, nu^0 positive."""
+        missing = [k for k in self.navigator_keys + self.covariance_keys if k not in arrays]
         if missing:
             raise ValueError(
                 f"initial arrays lack the pFedGM head keys {missing}; name them with "
-                f"navigator_keys= / covariance_keys= (found: {sorted(initial_arrays)})"
+                f"navigator_keys= / covariance_keys= (found: {sorted(arrays)})"
             )
         for key in self.covariance_keys:
-            if not (initial_arrays[key].numpy() > 0).all():
+            if not (arrays[key].numpy() > 0).all():
                 raise ValueError(f"covariance '{key}' must start positive (nu^0 = identity)")
-        return super().start(
-            grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn
-        )
 
     def reject_reason(self, content: RecordDict) -> str | None:
         reason = super().reject_reason(content)
