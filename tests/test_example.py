@@ -1,9 +1,10 @@
 """pFedGM in another Flower project (`examples/quickstart-pfedgm`): its own backbone and data,
-our strategy and client API, through `flwr run`; the README's walk-through is its code; the
+our strategy and client API, through `flwr run`; the example's README is its code; the
 package's public parts import only what they promise and build into a wheel."""
 
 from __future__ import annotations
 
+import inspect
 import re
 import shutil
 import subprocess
@@ -42,21 +43,35 @@ def test_example_project_runs_pfedgm_and_personalization_beats_its_global_model(
     assert summary["mean_accuracy"] > summary["acc-global"] + 5, summary
 
 
-def _readme_walkthrough() -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index("## Use pFedGM in your project")
-    return text[start : text.index("\n## ", start + 1)]
+def _checklist() -> str:
+    text = (EXAMPLE / "README.md").read_text()
+    return text[text.index("## Coming from quickstart-pytorch") :]
 
 
-def test_readme_walkthrough_is_the_example_code():
-    """Every code block of the README's section appears verbatim in the example project, whose
-    end-to-end run above proves it works."""
+def test_the_examples_readme_is_its_code():
+    """Every code block of the example's checklist appears verbatim in the example project,
+    whose end-to-end run above proves it works."""
     sources = "\n".join(p.read_text() for p in sorted(EXAMPLE.rglob("*.py")))
     sources += (EXAMPLE / "pyproject.toml").read_text()
-    blocks = re.findall(r"```(?:python|toml)\n(.*?)```", _readme_walkthrough(), flags=re.S)
-    assert len(blocks) >= 3
+    blocks = re.findall(r"```(?:python|toml)\n(.*?)```", _checklist(), flags=re.S)
+    assert len(blocks) >= 5
     for block in blocks:
         assert block in sources, f"README block not in examples/quickstart-pfedgm:\n{block}"
+
+
+def test_the_examples_readme_lists_every_argument_of_the_phases_with_its_default():
+    from pfedgm_app.phases import personalize, train_round
+
+    rows = {}
+    for line in _checklist().splitlines():
+        if cells := re.fullmatch(r"\| `(\w+)` \| (.+?) \| (.+?) \| .+ \|", line):
+            rows[cells[1]] = (cells[2], cells[3])
+    for column, function in enumerate((train_round, personalize)):
+        keyword = {name: p.default for name, p in inspect.signature(function).parameters.items()
+                   if p.kind is p.KEYWORD_ONLY}  # fmt: skip
+        assert {n for n, cells in rows.items() if cells[column] != "-"} == set(keyword)
+        for name, default in keyword.items():
+            assert rows[name][column] == f"`{default!r}`", (function.__name__, name)
 
 
 def _imports_after(statement: str) -> set[str]:

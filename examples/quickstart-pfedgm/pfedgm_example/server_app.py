@@ -23,6 +23,8 @@ def main(grid: Grid, context: Context) -> None:
     report = strategy.personalize(grid, result.arrays, ConfigRecord())  # every client
     print(f"personalized accuracy {report.mean_accuracy:.2f} ({report.std_accuracy:.2f}) %, "
           f"global model {report.means['acc-global']:.2f} %")  # fmt: skip
+    if not cfg["output-dir"]:  # an absolute path: the ServerApp runs where the SuperLink started
+        return
     out = Path(cfg["output-dir"])
     out.mkdir(parents=True, exist_ok=True)
     summary = {"mean_accuracy": report.mean_accuracy, "std_accuracy": report.std_accuracy,
