@@ -248,8 +248,8 @@ def refine_biases_(
 
     It runs on the CPU whatever the head's device: L-BFGS waits for the host at every
     evaluation, and on a GPU shared by several ClientApps each wait is a turn behind the
-    others' kernels (0.15 s per client alone, 3.1 s with 8 processes on one H100), while the
-    problem is K numbers over an n x K table, milliseconds on one core. Only b goes back.
+    others' kernels, while the problem is K numbers over an n x K table, small work for one
+    CPU core. Only b goes back.
     """
     with torch.no_grad():
         fixed, target = head.logits_but_b(z).cpu(), y.cpu()

@@ -17,7 +17,7 @@ from torch import nn
 class MaxPool2x2(nn.MaxPool2d):
     """nn.MaxPool2d(2), cheaper outside autograd (prototypes, features, evaluation): there the
     maximum of the four strided views gives the same values without the indices that only the
-    backward pass needs (about 3x faster on a CPU core). For a tensor that requires grad it is
+    backward pass needs (no index tensor to write). For a tensor that requires grad it is
     torch's kernel, whose gradient goes to the first maximum of each window, where
     torch.maximum would split ties (constant image regions make them common).
     """

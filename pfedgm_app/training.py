@@ -32,7 +32,7 @@ def pick_device(name: str = "auto") -> torch.device:
 def set_threads(requested: int = 0) -> int:
     """Give this process its share of the cores: `requested`, else the CPUs Ray assigned to this
     actor (simulation), else OMP_NUM_THREADS, else all cores. Two processes that each use all
-    cores run ~40x slower on a small machine.
+    cores oversubscribe them: each waits on the other's threads, and both run many times slower.
     """
     n = requested or _ray_cpus() or int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count()
     n = max(1, int(n or 1))
@@ -57,13 +57,12 @@ def keep_freed_memory() -> bool:
 
     A training step frees and re-allocates the same few MiB of activations and gradients every
     batch. glibc's malloc by default serves such blocks by fresh `mmap`s or trims them off the
-    heap when freed, so each batch touches new pages: up to about 1,400 page faults per batch of
-    the CIFAR CNN (how many depends on the CPU's kernels), 10 to 15% of a one-thread step
-    (`benchmarks/bench_speed.py`). Fixing the mmap threshold at 32 MiB (glibc's own ceiling for
-    it) and the trim threshold at 256 MiB keeps those blocks in the heap; the process's memory
-    stays at its peak. Numbers are unchanged: only where tensors live. Once per process
-    (`mallopt` is process-wide); False where the C library has no `mallopt` (not glibc), which
-    changes nothing but speed.
+    heap when freed, so each batch touches new pages: page faults, how many depending on the
+    CPU's kernels (`benchmarks/README.md`). Fixing the mmap threshold at 32 MiB (glibc's own
+    ceiling for it) and the trim threshold at 256 MiB keeps those blocks in the heap; the
+    process's memory stays at its peak. Numbers are unchanged: only where tensors live. Once
+    per process (`mallopt` is process-wide); False where the C library has no `mallopt` (not
+    glibc), which changes nothing but speed.
     """
     libc_name = ctypes.util.find_library("c")
     libc = ctypes.CDLL(libc_name) if libc_name else None
@@ -80,8 +79,7 @@ def make_sgd(params, lr: float, momentum: float, weight_decay: float) -> torch.o
 
     torch's fused kernel: one pass over each parameter for decay, momentum and update, with
     the same arithmetic as the default (`tests/test_training.py` checks the weights are
-    bitwise equal); its per-step overhead is about half (0.33 against 0.58 ms for the CIFAR
-    CNN on a CPU core, 1 to 3% of a step).
+    bitwise equal), without the default's separate passes, so with less overhead per step.
     """
     return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, fused=True)
 

@@ -97,7 +97,7 @@ class FedRepSettings(Settings):
     epochs, each round; `fedrep-refit-epochs` head epochs on the final body at the end."""
 
     prefix = "fedrep"
-    head_epochs: int = at_least(1, 1)  # PFLlib's plocal_epochs (the paper's cost, 1.03x FedAvg)
+    head_epochs: int = at_least(1, 1)  # PFLlib's plocal_epochs (the paper's FedRep cost)
     refit_epochs: int = at_least(0, 10)  # the authors' max(10, local_ep - local_rep_ep)
 
 
