@@ -55,3 +55,10 @@ def task_identity():
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
     yield
     TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None
+
+
+def pytest_collection_modifyitems(items):
+    """A run through the real engine is slow: the fast tier (`-m "not slow"`) leaves it out."""
+    for item in items:
+        if item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.slow)

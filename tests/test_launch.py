@@ -8,11 +8,14 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from devtools import launch
 from devtools.launch import run_config_arg, stop_local_superlink
 from devtools.processes import superlink_tree
 
 
+@pytest.mark.slow  # real processes and waits
 def test_stop_local_superlink_kills_the_whole_tree(tmp_path):
     """A 'flower-superlink' naming this FLWR_HOME and its child both go; others are untouched."""
     home = tmp_path / "flwr-home"
@@ -52,6 +55,7 @@ class FakeFlwr:
         return subprocess.CompletedProcess(args, 0, stdout=json.dumps({"runs": runs}))
 
 
+@pytest.mark.slow  # real processes and waits
 def test_wait_asks_flwr_list_once_when_the_log_stream_ends(tmp_path, monkeypatch):
     """The SuperLink ends a run's log stream when the run is finished: the wait asks `flwr list`
     then, once, and not before."""
@@ -64,6 +68,7 @@ def test_wait_asks_flwr_list_once_when_the_log_stream_ends(tmp_path, monkeypatch
     assert len(asked) == 1 and 1.5 <= asked[0] < 3, asked
 
 
+@pytest.mark.slow  # real processes and waits
 def test_wait_polls_when_the_stream_ends_before_the_run(tmp_path, monkeypatch):
     """A stream that drops (here: at once) leaves the wait to `flwr list`, which finds the run
     still going and asks again until it is finished."""
@@ -75,6 +80,7 @@ def test_wait_polls_when_the_stream_ends_before_the_run(tmp_path, monkeypatch):
     assert len([cmd for _, cmd in fake.calls if cmd == "list"]) >= 2
 
 
+@pytest.mark.slow  # real processes and waits
 def test_wait_stops_a_run_still_going_at_the_deadline_and_its_stream(tmp_path, monkeypatch):
     fake = FakeFlwr(lambda: "running")
     monkeypatch.setattr(launch, "flwr", fake)
@@ -86,6 +92,7 @@ def test_wait_stops_a_run_still_going_at_the_deadline_and_its_stream(tmp_path, m
     assert stream.poll() is not None  # killed, not left behind
 
 
+@pytest.mark.slow  # real processes and waits
 def test_poll_asks_flwr_list_only_when_the_run_stops_writing(tmp_path, monkeypatch):
     """A run that writes a row every 0.3 s for 4 s is not asked about meanwhile (each `flwr
     list` is a process that takes CPU from the run measured); its summary ends the wait."""
@@ -110,6 +117,7 @@ def test_poll_asks_flwr_list_only_when_the_run_stops_writing(tmp_path, monkeypat
     assert len(asked) <= 3 and all(t < 0.5 or t > 3.9 for t in asked), asked
 
 
+@pytest.mark.slow  # real processes and waits
 def test_poll_asks_a_silent_run_at_growing_intervals_and_stops_it_at_the_deadline(
     tmp_path, monkeypatch
 ):

@@ -22,6 +22,7 @@ def _rounds(out: Path) -> list[int]:
     return [json.loads(line)["round"] for line in (out / "rounds.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # whole runs, twice
 @pytest.mark.parametrize("method", ["pfedgm", "fedavg", "fedper", "pfedme"])
 def test_a_killed_run_resumes_to_the_uninterrupted_runs_arrays(tmp_path, mnist, method):
     """pFedGM and FedAvg keep nothing on the clients; FedPer (its heads) and pFedMe (theta)
@@ -58,6 +59,7 @@ def test_client_state_files_hold_the_two_latest_saves_and_roll_back_a_rerun_roun
     assert "w" not in ClientState(RecordDict(), path, 5)  # nothing saved before round 5
 
 
+@pytest.mark.slow  # a run
 def test_resume_refuses_a_folder_without_a_checkpoint_or_with_a_finished_run(tmp_path, mnist):
     cfg = {**RUN, "num-server-rounds": 1, "method": "fedavg", "dataset": str(mnist)}
     with pytest.raises(ConfigError, match="holds no checkpoint.pt"):
@@ -67,6 +69,7 @@ def test_resume_refuses_a_folder_without_a_checkpoint_or_with_a_finished_run(tmp
         run_inprocess({**cfg, "output-dir": str(tmp_path / "done"), "resume": True}, 2)
 
 
+@pytest.mark.slow  # whole runs, twice
 def test_a_round_logged_after_the_last_checkpoint_is_dropped_and_run_again(tmp_path, mnist):
     """A kill between the round's line and its checkpoint: the line goes, the round reruns."""
     cfg = {**RUN, "num-server-rounds": 3, "method": "fedavg", "dataset": str(mnist)}

@@ -41,6 +41,7 @@ def _train(mode: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # epochs of the CIFAR CNN, twice
 @pytest.mark.skipif(not keep_freed_memory(), reason="the C library has no mallopt (not glibc)")
 def test_keeping_freed_memory_ends_page_faults_per_batch_and_changes_no_number():
     default, kept = _train("default"), _train("keep")
