@@ -1,0 +1,60 @@
+"""Same numbers before and after a change: every method once at a tiny size, then a diff.
+
+    PYTHONPATH=/abs/tree-before python devtools/same_numbers.py run /abs/out/before
+    PYTHONPATH=/abs/tree-after  python devtools/same_numbers.py run /abs/out/after
+    python devtools/same_numbers.py compare /abs/out/before /abs/out/after
+
+`run` trains each registered method of the tree on PYTHONPATH (2 rounds, 4 MNIST clients,
+1 local epoch, a 600-image pool) with the in-process driver and keeps its `clients.csv` and
+`rounds.jsonl`; `compare` prints, per method, whether the per-client results are identical
+and exits 1 when any differs. A refactor must change no number.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+TINY = {"num-server-rounds": 2, "local-epochs": 1, "finetune-epochs": 1, "personal-epochs": 1,
+        "fedrep-refit-epochs": 1, "lbfgs-cycles": 1, "pfedme-inner-steps": 1, "pool-size": 600,
+        "fraction-train": 0.5, "client-threads": 1, "seed": 0}  # fmt: skip
+
+
+def run(out: Path) -> None:
+    from devtools.inprocess import run_inprocess
+    from pfedgm_app.methods import METHODS
+
+    data = Path(__file__).resolve().parents[2] / "shared/data/mnist"
+    for method in METHODS:
+        target = out / method
+        if not (target / "clients.csv").exists():
+            cfg = {**TINY, "method": method, "dataset": str(data), "output-dir": str(target)}
+            run_inprocess(cfg, 4)
+        print(method, "done", flush=True)
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    """clients.csv without its timing columns (seconds differ from run to run)."""
+    with path.open() as f:
+        return [{k: v for k, v in r.items() if not k.startswith("seconds")}
+                for r in csv.DictReader(f)]  # fmt: skip
+
+
+def compare(before: Path, after: Path) -> int:
+    differ = 0
+    for folder in sorted(p for p in before.iterdir() if (p / "clients.csv").exists()):
+        other = after / folder.name / "clients.csv"
+        same = other.exists() and rows(folder / "clients.csv") == rows(other)
+        differ += not same
+        print(f"{folder.name:10s} {'identical' if same else 'DIFFERENT'}")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["run"] and len(sys.argv) == 3:
+        run(Path(sys.argv[2]).resolve())
+    elif sys.argv[1:2] == ["compare"] and len(sys.argv) == 4:
+        sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3])))
+    else:
+        sys.exit(__doc__)
