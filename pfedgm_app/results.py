@@ -255,7 +255,8 @@ class RunWriter:
 
         rows = [json.loads(line) for line in open(self.run_dir / "rounds.jsonl")]
         losses = [(r["round"], r["loss"]) for r in rows if "loss" in r]
-        points = [(r["round"], r[EVAL_MEAN], r[EVAL_STD]) for r in rows if EVAL_MEAN in r]
+        points = [(r["round"], r[EVAL_MEAN], r[EVAL_STD])
+                  for r in rows if r.get(EVAL_MEAN) is not None]  # fmt: skip
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6), sharex=True)
         if points:
             x, mean, std = zip(*points, strict=True)
@@ -314,8 +315,11 @@ def log_summary(summary: dict, outcome: PersonalizationResult) -> None:
     log(INFO, "pFedGM app summary: method=%s dataset=%s alpha=%s clients=%d rounds=%d",
         summary["method"], summary["dataset"], summary["dirichlet_alpha"],
         summary["num_clients"], summary["rounds"])  # fmt: skip
-    log(INFO, "  personalized test accuracy: %.2f (%.2f) %% [mean weighted by test size (std "
-        "across clients)]", outcome.mean_accuracy, outcome.std_accuracy)  # fmt: skip
+    if outcome.mean_accuracy is None:
+        log(WARNING, "  personalized test accuracy: none, no client could be evaluated")
+    else:
+        log(INFO, "  personalized test accuracy: %.2f (%.2f) %% [mean weighted by test size "
+            "(std across clients)]", outcome.mean_accuracy, outcome.std_accuracy)  # fmt: skip
     for kind, stats in summary.get("accuracy_by_type", {}).items():
         log(INFO, "  %s: %.2f (%.2f) %% over %d clients", kind, stats["mean_accuracy"],
             stats["std_accuracy"], stats["clients"])  # fmt: skip

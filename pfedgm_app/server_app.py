@@ -59,7 +59,7 @@ def main(grid: Grid, context: Context) -> None:
 
     refresh = take_in_new_nodes if cfg.min_nodes else None
     evaluation = Evaluation(grid, cfg, protocol, ranks, refresh=refresh, left_out=left_out)
-    strategy = build_strategy(cfg, method, ranks, trained)
+    strategy = build_strategy(cfg, method, ranks, trained, reported=clients)
     evaluation.strategy = strategy
     arrays = initial_arrays(cfg, method.plugin(settings), *model_input(clients))
     strategy.check_initial(arrays)
@@ -231,11 +231,13 @@ def build_strategy(
     method: Method,
     node_ranks: dict[int, int],
     train_nodes: list[int] | None = None,
+    reported: dict[int, dict] | None = None,
 ) -> PersonalizedFedAvg:
     """The server side of `method`; every round waits for all clients to be connected (with
     `min-nodes` N: for N, ending the run when fewer stay connected for `node-wait-timeout`)
     and samples them (among `train_nodes`, default all) by partition id, so methods with the
-    same seed see the same clients.
+    same seed see the same clients. `reported` (node id -> its query metrics, kept current as
+    nodes join) bounds what each reply may claim: its weight, its test size.
     """
     return method.strategy(
         fraction_train=cfg.fraction_train,
@@ -246,4 +248,5 @@ def build_strategy(
         node_ranks=node_ranks,
         train_nodes=train_nodes,
         seed=cfg.seed,
+        reported=reported,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
 from pfedgm_app.strategies import PersonalizedFedAvg, PFedGM, merge_arrays, summarize
 
@@ -36,45 +36,88 @@ def test_pfedgm_averages_generator_navigator_and_covariance_by_num_examples():
         np.testing.assert_allclose(arrays[key].numpy(), value, rtol=1e-6)
 
 
-def test_non_finite_update_is_dropped_and_the_round_goes_on():
-    current = _arrays(w=[0.0, 0.0])
-    good, bad = _arrays(w=[2.0, 2.0]), _arrays(w=[np.nan, 1.0])
-    inf = _arrays(w=[np.inf, 1.0])
-    strategy = PersonalizedFedAvg()
-    arrays, _ = _aggregate(strategy, current, [_reply(1, good, 10), _reply(2, bad, 1000)])
-    np.testing.assert_allclose(arrays["w"].numpy(), [2.0, 2.0])
-    # nothing usable left: None, so FedAvg.start keeps the current arrays
-    arrays, _ = _aggregate(strategy, current, [_reply(2, bad, 10), _reply(3, inf, 10)])
-    assert arrays is None
+def _content(arrays=None, metrics=None, **records) -> RecordDict:
+    content = RecordDict({"arrays": arrays if arrays is not None else _arrays(w=[4.0, 4.0]),
+                          "metrics": MetricRecord(metrics or {"num-examples": 10})})  # fmt: skip
+    for name, record in records.items():
+        content[name] = record
+    return content
 
 
-@pytest.mark.parametrize(
-    "reply, reason",
-    [
-        (_arrays(w=[1.0, 1.0], extra=[1.0]), "keys the model does not have: ['extra']"),
-        (_arrays(w=[1.0, 1.0, 1.0]), "'w' is float32 (3,), the model's is float32 (2,)"),
-        (ArrayRecord({"w": Array(np.ones(2, dtype=np.float64))}), "'w' is float64 (2,)"),
-    ],
-)
-def test_malformed_updates_are_dropped_naming_the_node(caplog, reply, reason):
-    """Each kind of bad reply from the network leaves the global model as the good reply alone
-    makes it, with a warning naming the node and what is wrong."""
-    current, good = _arrays(w=[0.0, 0.0]), _arrays(w=[2.0, 2.0])
-    for strategy in (PersonalizedFedAvg(), PFedGM(navigator_keys=(), covariance_keys=())):
-        arrays, _ = _aggregate(strategy, current, [_reply(1, good, 10), _reply(7, reply, 1000)])
-        np.testing.assert_allclose(arrays["w"].numpy(), [2.0, 2.0])
-        assert "Dropping update of node 7: " + reason in caplog.text
+def _raw(node: int, content: RecordDict) -> Message:
+    return Message(content, reply_to=Message(RecordDict(), dst_node_id=node, message_type="train"))
 
 
-def test_replies_without_model_arrays_or_a_positive_weight_are_dropped(caplog):
-    current, good = _arrays(w=[0.0]), _arrays(w=[2.0])
-    no_arrays = Message(RecordDict({"metrics": MetricRecord({"num-examples": 5})}),
-                        reply_to=Message(RecordDict(), 4, "train"))  # fmt: skip
-    for bad in (_reply(5, good, 0), _reply(6, good, -3), no_arrays):
-        arrays, _ = _aggregate(PersonalizedFedAvg(), current, [_reply(1, good, 10), bad])
-        np.testing.assert_allclose(arrays["w"].numpy(), [2.0])
-    assert "node 5: 'num-examples' must be a positive number, got 0" in caplog.text
-    assert "node 4: no 'arrays' record" in caplog.text
+HOSTILE = {  # what a buggy, outdated or hostile client may send (the contract's checklist)
+    "no arrays record": RecordDict({"metrics": MetricRecord({"num-examples": 5})}),
+    "a zero weight": _content(metrics={"num-examples": 0}),
+    "a negative weight": _content(metrics={"num-examples": -3}),
+    "a NaN weight": _content(metrics={"num-examples": float("nan")}),
+    "a weight above its data": _content(metrics={"num-examples": 1e12}),
+    "a weight of 1.7e308": _content(metrics={"num-examples": 1.7e308}),
+    "loss as a list": _content(metrics={"num-examples": 10, "loss": [1.0, 2.0]}),
+    "a second metric record": _content(m2=MetricRecord({"x": 1.0})),
+    "a config record": _content(c=ConfigRecord({"x": "y"})),
+    "an unknown array record": _content(more=_arrays(w=[1.0, 1.0])),
+    "arrays of 1e30": _content(_arrays(w=[1e30, 1.0])),
+    "NaN arrays": _content(_arrays(w=[np.nan, 1.0])),
+    "Inf arrays": _content(_arrays(w=[np.inf, 1.0])),
+    "another shape": _content(_arrays(w=[1.0, 1.0, 1.0])),
+    "another dtype": _content(ArrayRecord({"w": Array(np.ones(2, dtype=np.float64))})),
+    "an unknown key": _content(_arrays(w=[1.0, 1.0], extra=[1.0])),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_a_reply_that_breaks_the_contract_is_dropped_naming_the_node(caplog, case):
+    """The global model is what the honest replies alone make it, the run goes on, and the
+    warning names the hostile node; with the hostile reply alone the round changes nothing."""
+    current, good = _arrays(w=[0.0, 0.0]), _reply(1, _arrays(w=[2.0, 2.0]), 10)
+    reported = {1: {"num-examples": 10}, 7: {"num-examples": 50}}  # what each told at query
+    for strategy in (PersonalizedFedAvg(reported=reported), PFedGM(reported=reported,
+                     navigator_keys=(), covariance_keys=())):  # fmt: skip
+        arrays, metrics = _aggregate(strategy, current, [good, _raw(7, HOSTILE[case])])
+        np.testing.assert_array_equal(arrays["w"].numpy(), [2.0, 2.0])
+        assert metrics["num-clients"] == 1
+        assert _aggregate(strategy, current, [_raw(7, HOSTILE[case])]) == (None, None)
+    assert any("node 7" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+
+def test_keys_kept_local_and_metrics_that_differ_are_merged_as_documented():
+    """A client that keeps `head` local (sends a subset) and one that adds a metric: `w` is
+    averaged over both, `head` over the client that sent it, and each metric over the replies
+    that hold it; nothing ends the round."""
+    current = _arrays(w=[0.0], head=[5.0])
+    full = _raw(1, _content(_arrays(w=[1.0], head=[3.0]), {"num-examples": 10, "loss": 2.0}))
+    body = _raw(2, _content(_arrays(w=[4.0]), {"num-examples": 30, "loss": 1.0, "extra": 7.0}))
+    arrays, metrics = _aggregate(PersonalizedFedAvg(), current, [full, body])
+    np.testing.assert_allclose(arrays["w"].numpy(), [3.25])
+    np.testing.assert_allclose(arrays["head"].numpy(), [3.0])
+    assert metrics["loss"] == pytest.approx(1.25) and metrics["extra"] == pytest.approx(7.0)
+    assert metrics["num-examples-total"] == 40
+
+
+def test_the_weighted_mean_is_flowers_fedavg_to_the_last_bit():
+    from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+
+    rng = np.random.default_rng(0)
+    replies = [_reply(n, _arrays(w=rng.normal(size=50), b=rng.normal(size=3)), int(k))
+               for n, k in ((1, 13), (2, 977), (3, 250))]  # fmt: skip
+    ours, _ = _aggregate(PersonalizedFedAvg(), _arrays(w=np.zeros(50), b=np.zeros(3)), replies)
+    flowers = aggregate_arrayrecords([m.content for m in replies], "num-examples")
+    for key in ("w", "b"):
+        assert np.array_equal(ours[key].numpy(), flowers[key].numpy())
+
+
+def test_pfedgm_never_publishes_a_non_positive_precision():
+    """A reply with A <= 0 is dropped; an aggregate whose A underflows to 0 is not used."""
+    strategy = PFedGM(navigator_keys=(), covariance_keys=("head.A",))
+    current, good = _arrays(**{"head.A": [1.0, 1.0]}), _arrays(**{"head.A": [2.0, 2.0]})
+    zero = _arrays(**{"head.A": [0.0, 1.0]})
+    arrays, _ = _aggregate(strategy, current, [_reply(1, good, 1), _reply(2, zero, 1)])
+    np.testing.assert_array_equal(arrays["head.A"].numpy(), [2.0, 2.0])
+    tiny = _arrays(**{"head.A": [1.4e-45, 1.0]})  # float32's least positive value
+    assert _aggregate(strategy, current, [_reply(1, tiny, 1), _reply(2, tiny, 1)]) == (None, None)
 
 
 def test_failed_replies_are_skipped_and_a_round_without_updates_aggregates_nothing():
@@ -127,8 +170,8 @@ def test_summary_is_test_size_weighted_mean_and_std_across_clients():
     assert result.unweighted_mean_accuracy == pytest.approx(75.0)
     assert result.std_accuracy == pytest.approx(25.0)
     assert result.means == {"acc-x": pytest.approx(25.0)}
-    with pytest.raises(RuntimeError, match="no client answered"):
-        summarize([], ["node 1: boom"])
+    empty = summarize([], ["node 1: boom"])  # no usable row: no mean, the reasons kept
+    assert empty.mean_accuracy is None and empty.failures == ["node 1: boom"]
 
 
 def _reply_with_extras(node, arrays, n, extras):
@@ -182,3 +225,62 @@ def test_pfedfda_drops_a_covariance_that_is_not_positive_definite():
     bad = _arrays(**{"head.cov": [[1.0, 2.0], [2.0, 1.0]]})  # eigenvalues 3, -1
     arrays, _ = _aggregate(PFedFDA(), current, [_reply(1, good, 10), _reply(2, bad, 10)])
     np.testing.assert_allclose(arrays["head.cov"].numpy(), 2 * np.eye(2))
+
+
+def _fedpac_extras(K=3, d=2, **change):
+    extras = {"head.weight": np.zeros((K, d)), "head.bias": np.zeros(K),
+              "protos": np.ones((K, d)), "class-counts": np.ones(K), "variance": np.ones(1),
+              "h-ref": np.ones((K, d))}  # fmt: skip
+    extras.update(change)
+    return _arrays(**{k: v for k, v in extras.items() if v is not None})
+
+
+@pytest.mark.parametrize(
+    "extras",
+    [
+        _fedpac_extras(protos=None),  # missing
+        _fedpac_extras(protos=np.ones((4, 2))),  # another class count
+        _fedpac_extras(**{"class-counts": np.array([1.0, -5.0, 1.0])}),
+        _fedpac_extras(variance=np.array([-1.0])),
+        _fedpac_extras(**{"h-ref": np.full((3, 2), 1e30)}),
+    ],
+)
+def test_fedpac_drops_statistics_it_cannot_combine(extras):
+    from pfedgm_app.strategies import FedPAC
+
+    current = _arrays(w=[0.0])
+    good = _reply_with_extras(1, _arrays(w=[2.0]), 10, _fedpac_extras())
+    bad = _reply_with_extras(2, _arrays(w=[9.0]), 10, extras)
+    strategy = FedPAC()
+    arrays, _ = _aggregate(strategy, current, [good, bad])
+    np.testing.assert_array_equal(arrays["w"].numpy(), [2.0])
+    assert set(strategy.heads) == {1}
+
+
+def _personalize_reply(node: int, **metrics) -> Message:
+    ask = Message(RecordDict(), dst_node_id=node, message_type="train.personalize")
+    return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=ask)
+
+
+def test_personalize_replies_outside_the_contract_are_failures_not_the_mean():
+    from pfedgm_app.strategies.personalize import collect
+
+    honest = [_personalize_reply(1, accuracy=0.5, **{"num-test": 10}),
+              _personalize_reply(2, accuracy=0.7, **{"num-test": 30})]  # fmt: skip
+    hostile = [
+        _personalize_reply(3, accuracy=1.5, **{"num-test": 10}),
+        _personalize_reply(4, accuracy=-0.3, **{"num-test": 10}),
+        _personalize_reply(5, accuracy=float("nan"), **{"num-test": 10}),
+        _personalize_reply(6, **{"num-test": 10}),  # no accuracy
+        _personalize_reply(7, accuracy=0.9),  # no num-test
+        _personalize_reply(8, accuracy=0.9, **{"num-test": 1e12}),  # beyond what it reported
+        _personalize_reply(9, accuracy=0.9, **{"num-test": 0}),
+        _personalize_reply(10, accuracy=0.9, **{"num-test": 10, "acc-global": 2.0}),
+    ]
+    reported = {n: {"num-test": 40} for n in range(1, 11)}
+    result = collect(honest + hostile, 10, 60, "train.personalize", reported)
+    assert result.mean_accuracy == pytest.approx(65.0)  # the honest clients' alone
+    assert sorted(r["node-id"] for r in result.clients) == [1, 2]
+    assert [f.split(":")[0] for f in result.failures] == [f"node {n}" for n in range(3, 11)]
+    nothing = collect(hostile, 8, 60, "train.personalize", reported)  # no usable row
+    assert nothing.mean_accuracy is None and len(nothing.failures) == 8

@@ -18,6 +18,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord
 
 from .. import wire
+from .contract import arrays_problem
 from .personalized import PersonalizedFedAvg
 
 
@@ -109,6 +110,27 @@ class FedPAC(PersonalizedFedAvg):
         self.global_protos, self.protos_count = state["protos"], state["protos-count"]
         node = {r: n for n, r in (self.node_ranks or {}).items()}
         self.heads = {node.get(r, r): h for r, h in state["heads"].items()}
+
+    def extras_problem(self, extras: ArrayRecord) -> str | None:
+        """The statistics FedPAC's combination needs, of consistent shapes: `protos` and
+        `h-ref` (K, d) as the global prototypes', `class-counts` (K,) and `variance` (1,)
+        non-negative, and the head's arrays."""
+        needed = [wire.PROTOS, wire.CLASS_COUNTS, wire.VARIANCE, wire.H_REF, *self.head_keys]
+        if missing := [k for k in needed if k not in extras]:
+            return f"extras lack {missing}"
+        if problem := arrays_problem(extras):
+            return problem
+        protos = extras[wire.PROTOS].numpy()
+        expected = self.global_protos.shape if self.global_protos is not None else protos.shape
+        shapes = {wire.PROTOS: expected, wire.H_REF: expected, wire.CLASS_COUNTS: expected[:1],
+                  wire.VARIANCE: (1,)}  # fmt: skip
+        for key, shape in shapes.items():
+            if len(expected) != 2 or tuple(extras[key].shape) != tuple(shape):
+                return f"extras '{key}' has shape {tuple(extras[key].shape)}, expected {shape}"
+        for key in (wire.CLASS_COUNTS, wire.VARIANCE):
+            if (extras[key].numpy() < 0).any():
+                return f"extras '{key}' has negative entries"
+        return None
 
     def extras_for(self, node_id: int) -> ArrayRecord | None:
         arrays: dict[str, np.ndarray] = dict(self.heads.get(node_id, {}))

@@ -5,7 +5,7 @@ numpy + flwr only: any Flower project can use it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import WARNING
 
@@ -14,6 +14,7 @@ from flwr.app import Message
 from flwr.common import log
 
 from .. import wire
+from .contract import personalize_row_problem
 
 
 @dataclass
@@ -26,32 +27,44 @@ class PersonalizationResult:
     """
 
     clients: list[dict[str, float]]
-    mean_accuracy: float
-    std_accuracy: float
-    unweighted_mean_accuracy: float
+    mean_accuracy: float | None  # None: no client could be evaluated (see `failures`)
+    std_accuracy: float | None
+    unweighted_mean_accuracy: float | None
     means: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
 
 
 def collect(
-    replies: Iterable[Message], asked: int, timeout: float, message_type: str
+    replies: Iterable[Message],
+    asked: int,
+    timeout: float,
+    message_type: str,
+    reported: Mapping[int, Mapping[str, float]] | None = None,
 ) -> PersonalizationResult:
-    """The result of the personalize replies to `asked` messages: a row per client that
-    answered (`wire.ACCURACY`, `wire.NUM_TEST` and its other metrics), a failure per error
-    reply or missing answer."""
-    rows, failures = [], []
+    """The result of the personalize replies to `asked` messages: a row per client whose
+    metrics fit the contract (`contract.personalize_row_problem`; its test size bounded by
+    what it `reported` at query), a failure, logged with its node, per other reply or
+    missing answer. Raises when no client answered at all (the ClientApps lack the handler)."""
+    rows, failures, answered = [], [], 0
     for reply in replies:
         node = reply.metadata.src_node_id
         if reply.has_error():
-            failures.append(f"node {node}: {reply.error.reason}")
+            failures.append(f"node {node}: " + " ".join(str(reply.error.reason).split())[:300])
             continue
-        metrics = dict(next(iter(reply.content.metric_records.values())))
+        answered += 1
+        records = list(reply.content.metric_records.values())
+        metrics = dict(records[0]) if len(records) == 1 else {}
+        bound = (reported or {}).get(node, {}).get(wire.NUM_TEST)
+        problem = "not one metric record" if len(records) != 1 else None
+        if problem := problem or personalize_row_problem(metrics, bound):
+            failures.append(f"node {node}: {problem}")
+            continue
         rows.append({"node-id": node, **metrics})
     for failure in failures:
         log(WARNING, "personalize failed on %s", failure)
     if missing := asked - len(rows) - len(failures):
         failures.append(f"{missing} node(s) did not answer within {timeout}s")
-    if not rows:
+    if not answered:
         kind, action = message_type.partition(".")[::2]
         raise RuntimeError(
             f"personalize round: no client answered ({'; '.join(failures[:3])}). Every "
@@ -63,9 +76,11 @@ def collect(
 
 
 def summarize(rows: list[dict[str, float]], failures: list[str]) -> PersonalizationResult:
-    """Weighted mean (by test size) and std across clients, in percent, of every `acc*` key."""
+    """Weighted mean (by test size) and std across clients, in percent, of every `acc*` key;
+    with no row, no mean (None) and the failures that explain why."""
     if not rows:
-        raise RuntimeError(f"personalize round: no client answered ({failures})")
+        log(WARNING, "personalize round: no usable reply (%s)", "; ".join(failures[:3]))
+        return PersonalizationResult([], None, None, None, {}, failures)
     weights = np.array([r[wire.NUM_TEST] for r in rows], dtype=float)
 
     def stats(key: str) -> tuple[float, float, float]:

@@ -12,7 +12,6 @@ from collections.abc import Collection, Iterable, Mapping
 from logging import INFO, WARNING
 from typing import Any
 
-import numpy as np
 from flwr.app import (
     Array,
     ArrayRecord,
@@ -27,6 +26,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
 from .. import wire
+from .contract import arrays_problem, train_reply_problem
 from .personalize import PersonalizationResult, collect
 from .sampling import sample_nodes, wait_for_nodes
 
@@ -36,16 +36,20 @@ class PersonalizedFedAvg(FedAvg):
 
     - Keys a client keeps local (absent from its reply) keep their current global value
       instead of vanishing from the global model; a client may send an empty ArrayRecord.
-    - A reply that is malformed (no model arrays, no positive weight, keys the model lacks,
-      another shape or dtype: `malformed_reason`), has NaN/Inf arrays, or is rejected by
-      `reject_reason`, is dropped from the aggregate with a warning naming the node; the round
-      goes on (with the previous arrays if nothing is left).
+    - A reply that breaks the wire contract (`contract.train_reply_problem`: records, keys,
+      shapes, dtypes, finite values, its weight), its extras' contract (`extras_problem`), or
+      is rejected by `reject_reason`, is dropped with a warning naming the node; the others'
+      replies are averaged key by key (a key a client keeps local is averaged over those that
+      sent it). With none left, or an aggregate that breaks an invariant (`aggregate_problem`),
+      the round changes nothing.
     - `personalize(grid, arrays, config)` sends `personalize_message_type` to every node (or to
       the `nodes` given) and aggregates the returned accuracies (`PersonalizationResult`).
     - Clients are sampled by `sampling.sample_nodes` with `random.Random(seed)`: with
       `node_ranks` (node id -> a stable client index, e.g. its partition id), runs of different
       methods with the same seed train the same clients in the same rounds; with
       `train_nodes`, only those nodes are ever sampled.
+    - With `reported` (node id -> the metrics it answered at `query`, e.g. `num-examples` and
+      `num-test`), no reply may claim a weight or a test size above what its node reported.
     - Non-model arrays travel in a second ArrayRecord, `wire.EXTRAS`: a reply's extras (client
       statistics) are taken out before averaging and handed to `aggregate_extras`; the server
       adds `extras_for(node_id)` (global statistics, a client's own head) to each message.
@@ -66,9 +70,11 @@ class PersonalizedFedAvg(FedAvg):
         train_nodes: Collection[int] | None = None,
         seed: int = 0,
         node_wait_timeout: float | None = None,
+        reported: Mapping[int, Mapping[str, float]] | None = None,
         **fedavg_kwargs,
     ) -> None:
         super().__init__(**fedavg_kwargs)
+        self.reported = reported  # node id -> its query metrics: the bounds of its weights
         self.personalize_message_type = personalize_message_type
         self.node_ranks = node_ranks
         self.train_nodes = None if train_nodes is None else frozenset(train_nodes)
@@ -135,69 +141,74 @@ class PersonalizedFedAvg(FedAvg):
         """
         return arrays
 
-    def malformed_reason(self, content: RecordDict, current: ArrayRecord | None) -> str | None:
-        """Why a train reply cannot be averaged into `current` (the arrays sent), or None: no
-        model arrays or no weight, keys the model lacks, or arrays of another shape or dtype.
-        Keys a reply leaves out are allowed: they keep their global value (kept local)."""
-        if self.arrayrecord_key not in content.array_records:
-            return f"no '{self.arrayrecord_key}' record"
-        metrics = content.metric_records
-        weight = next(iter(metrics.values())).get(self.weighted_by_key) if metrics else None
-        if not isinstance(weight, int | float) or not np.isfinite(weight) or weight <= 0:
-            return f"'{self.weighted_by_key}' must be a positive number, got {weight!r}"
-        if current is None:
-            return None
-        record = content.array_records[self.arrayrecord_key]
-        unknown = sorted(set(record) - set(current))
-        if unknown:
-            return f"keys the model does not have: {unknown}"
-        for key, array in record.items():
-            ours = current[key]
-            if tuple(array.shape) != tuple(ours.shape) or array.dtype != ours.dtype:
-                return (f"'{key}' is {array.dtype} {tuple(array.shape)}, the model's is "
-                        f"{ours.dtype} {tuple(ours.shape)}")  # fmt: skip
+    def extras_problem(self, extras: ArrayRecord) -> str | None:
+        """Why a reply's extras break this strategy's contract, or None (none expected here)."""
         return None
 
     def reject_reason(self, content: RecordDict) -> str | None:
-        """Why a train reply must not enter the aggregate, or None. Override to add checks."""
-        for record in content.array_records.values():
-            for key, array in record.items():
-                if not np.isfinite(array.numpy()).all():
-                    return f"non-finite values in '{key}'"
+        """Why a train reply that fits the wire contract must still not enter the aggregate
+        (e.g. a statistic outside its domain), or None. Override to add checks."""
         return None
+
+    def reply_problem(self, msg: Message, current: ArrayRecord | None) -> str | None:
+        """Why the train reply `msg` cannot be used, or None: an error reply, the wire
+        contract (`contract.train_reply_problem`, weights bounded by `reported`), the
+        extras' contract, then `reject_reason`."""
+        if msg.has_error():
+            return "error reply: " + " ".join(str(msg.error.reason).split())[:300]
+        node, content = msg.metadata.src_node_id, msg.content
+        bound = (self.reported or {}).get(node, {}).get(self.weighted_by_key)
+        problem = train_reply_problem(content, current, self.weighted_by_key, bound)
+        if problem is None and wire.EXTRAS in content.array_records:
+            problem = self.extras_problem(content.array_records[wire.EXTRAS])
+        return problem or self.reject_reason(content)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The weighted mean (by `weighted_by_key`) of every array and metric over the replies
+        that hold it, merged into the arrays sent (keys no reply holds keep their value); the
+        extras go to `aggregate_extras`. A reply that cannot be used is dropped with a warning
+        naming its node; with none left, (None, None): the round changes nothing."""
         current = self.sent_arrays.pop(server_round, None)
-        kept = []  # error replies stay in: FedAvg logs and skips them
-        extras: dict[int, tuple[float, ArrayRecord]] = {}
+        replies = list(replies)
+        used = []
         for msg in replies:
-            reason = None
-            if not msg.has_error():
-                content = msg.content
-                reason = self.malformed_reason(content, current) or self.reject_reason(content)
-            if reason:
-                log(WARNING, "Dropping update of node %d: %s", msg.metadata.src_node_id, reason)
-                continue
-            kept.append(msg)
-            if not msg.has_error() and wire.EXTRAS in msg.content:
-                weight = self._weight(msg)
-                extras[msg.metadata.src_node_id] = (weight, msg.content.pop(wire.EXTRAS))
-        arrays, metrics = super().aggregate_train(server_round, kept)
-        arrays = merge_arrays(current, arrays)
-        if arrays is not None and extras:
+            if problem := self.reply_problem(msg, current):
+                log(WARNING, "Dropping update of node %d: %s", msg.metadata.src_node_id, problem)
+            else:
+                used.append(msg)
+        log(INFO, "aggregate_train: %d of %d replies used", len(used), len(replies))
+        if not used:
+            return None, None
+        weights = [self._weight(m) for m in used]
+        update = weighted_mean(
+            [
+                (w, m.content.array_records[self.arrayrecord_key])
+                for w, m in zip(weights, used, strict=True)
+            ]
+        )
+        arrays = merge_arrays(current, ArrayRecord({k: Array(v) for k, v in update.items()}))
+        extras = {m.metadata.src_node_id: (w, m.content.array_records[wire.EXTRAS])
+                  for w, m in zip(weights, used, strict=True)
+                  if wire.EXTRAS in m.content.array_records}  # fmt: skip
+        if extras:
             arrays = self.aggregate_extras(server_round, arrays, extras)
-        if metrics is not None:  # totals next to FedAvg's weighted means: cost accounting
-            valid = [m for m in kept if not m.has_error()]
-            metrics["num-clients"] = len(valid)
-            metrics[self.weighted_by_key + "-total"] = sum(self._weight(m) for m in valid)
-            for key in [k for k in metrics if k.startswith("seconds-")]:  # client time spent
-                metrics[key + "-total"] = sum(
-                    float(next(iter(m.content.metric_records.values())).get(key, 0.0))
-                    for m in valid
-                )
-        return arrays, metrics
+        if problem := self.aggregate_problem(arrays):
+            log(WARNING, "round %d: the aggregate breaks an invariant (%s); it is not used",
+                server_round, problem)  # fmt: skip
+            return None, None
+        metrics = [dict(next(iter(m.content.metric_records.values()))) for m in used]
+        means = weighted_mean([(w, {k: v for k, v in m.items() if k != self.weighted_by_key})
+                               for w, m in zip(weights, metrics, strict=True)])  # fmt: skip
+        totals = {"num-clients": len(used), self.weighted_by_key + "-total": sum(weights)}
+        for key in [k for k in means if k.startswith("seconds-")]:  # client time spent
+            totals[key + "-total"] = sum(m.get(key, 0.0) for m in metrics)
+        return arrays, MetricRecord({**means, **totals})
+
+    def aggregate_problem(self, arrays: ArrayRecord) -> str | None:
+        """Why the new global arrays must not be used (an invariant broken), or None."""
+        return arrays_problem(arrays)
 
     def _weight(self, msg: Message) -> float:
         return float(next(iter(msg.content.metric_records.values()))[self.weighted_by_key])
@@ -219,7 +230,7 @@ class PersonalizedFedAvg(FedAvg):
         content = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         messages = self.messages(content, nodes, self.personalize_message_type)
         replies = grid.send_and_receive(messages, timeout=timeout)
-        return collect(replies, len(nodes), timeout, self.personalize_message_type)
+        return collect(replies, len(nodes), timeout, self.personalize_message_type, self.reported)
 
 
 def merge_arrays(current: ArrayRecord | None, update: ArrayRecord | None) -> ArrayRecord | None:
@@ -231,3 +242,20 @@ def merge_arrays(current: ArrayRecord | None, update: ArrayRecord | None) -> Arr
     merged = {k: update[k] if k in update else v for k, v in current.items()}
     merged.update({k: v for k, v in update.items() if k not in merged})
     return ArrayRecord({k: Array(v.numpy()) for k, v in merged.items()})
+
+
+def weighted_mean(items: list[tuple[float, Mapping[str, Any]]]) -> dict[str, Any]:
+    """{key: sum_i w_i x_i / sum_i w_i} over the items that hold the key (numbers or numpy
+    arrays). With every key in every item this is Flower's FedAvg arithmetic to the last bit
+    (`strategy_utils.aggregate_arrayrecords`: factors w_i / W, accumulated in reply order)."""
+    totals: dict[str, float] = {}
+    for weight, values in items:
+        for key in values:
+            totals[key] = totals.get(key, 0.0) + weight
+    means: dict[str, Any] = {}
+    for weight, values in items:
+        for key, value in values.items():
+            x = value.numpy() if isinstance(value, Array) else value
+            term = x * (weight / totals[key])
+            means[key] = term if key not in means else means[key] + term
+    return means

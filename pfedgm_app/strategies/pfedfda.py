@@ -33,9 +33,6 @@ class PFedFDA(PersonalizedFedAvg):
         self.covariance_key = covariance_key
 
     def reject_reason(self, content: RecordDict) -> str | None:
-        reason = super().reject_reason(content)
-        if reason:
-            return reason
         for record in content.array_records.values():
             if self.covariance_key not in record:
                 continue

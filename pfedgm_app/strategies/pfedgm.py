@@ -52,11 +52,15 @@ class PFedGM(PersonalizedFedAvg):
                 raise ValueError(f"covariance '{key}' must start positive (nu^0 = identity)")
 
     def reject_reason(self, content: RecordDict) -> str | None:
-        reason = super().reject_reason(content)
-        if reason:
-            return reason
-        for record in content.array_records.values():
-            for key in self.covariance_keys:
-                if key in record and not (np.asarray(record[key].numpy()) > 0).all():
-                    return f"covariance '{key}' has non-positive entries"
+        record = content.array_records.get(self.arrayrecord_key, {})
+        return self._covariance_problem(record)
+
+    def aggregate_problem(self, arrays: ArrayRecord) -> str | None:
+        return super().aggregate_problem(arrays) or self._covariance_problem(arrays)
+
+    def _covariance_problem(self, record: ArrayRecord) -> str | None:
+        """nu (the diagonal precision A) must stay positive."""
+        for key in self.covariance_keys:
+            if key in record and not (np.asarray(record[key].numpy()) > 0).all():
+                return f"covariance '{key}' has non-positive entries"
         return None
