@@ -41,14 +41,15 @@ CLIENTS = 4
 STARTUP = """
 import json, sys, time
 t0 = time.perf_counter()
-from pfedgm_app import data
+from pfedgm_app.data import clients, device, tensors
 from pfedgm_app.client_app import node_data
 from pfedgm_app.methods import parse_run_config
 t1 = time.perf_counter()
 cfg = parse_run_config(json.loads(sys.argv[1]))[0]
 node = json.loads(sys.argv[2])
 if sys.argv[3] == "off":  # decode every time, as before the cache
-    data._client_cache = lambda parts, decode: data._client_data(decode())
+    for room in (clients, device):
+        room._client_cache = lambda parts, decode: tensors._client_data(decode())
 node_data(cfg, node)
 print(json.dumps({"imports": t1 - t0, "data": time.perf_counter() - t1}))
 """

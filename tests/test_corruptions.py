@@ -1,4 +1,5 @@
-"""Tests of pfedgm_app.corruptions against the CIFAR-10-C definitions (../shared/notes/cifar-c.md).
+"""Tests of pfedgm_app.data.corruptions against the CIFAR-10-C definitions
+(../shared/notes/cifar-c.md).
 
 Expected constants are written out here again from the notes, so a typo in the module fails.
 """
@@ -14,8 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pfedgm_app import corruptions as C
-from pfedgm_app.corruptions import CORRUPTIONS, corrupt, corruption_pairs
+from pfedgm_app.data import corruptions as C
+from pfedgm_app.data.corruptions import CORRUPTIONS, corrupt, corruption_pairs
 
 FROST_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "frost"
 FROST_NAMES = ("frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg")

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from pfedgm_app.config import ConfigError
-from pfedgm_app.corruptions import CORRUPTIONS, corruption_pairs
 from pfedgm_app.data import (
     Protocol,
     client_indices,
@@ -22,7 +21,8 @@ from pfedgm_app.data import (
     split_train_test,
     to_tensor,
 )
-from pfedgm_app.partition import ResamplingDirichletPartitioner
+from pfedgm_app.data.corruptions import CORRUPTIONS, corruption_pairs
+from pfedgm_app.data.partitioner import ResamplingDirichletPartitioner
 
 LABELS = np.repeat(np.arange(10), 600)  # 6000 samples, 10 balanced classes
 
@@ -182,7 +182,7 @@ def test_corrupted_clients_are_seeded_cached_on_disk_and_clean_ones_untouched(
     """50C on 60 clients: client 2 (motion blur, severity 3) differs from its clean images in
     train and test alike; client 55 is clean; a second process reads the corrupted images from
     the disk cache instead of computing them again."""
-    import pfedgm_app.data as data
+    from pfedgm_app.data import cache, clients
 
     monkeypatch.setenv("PFEDGM_CACHE_DIR", str(tmp_path))
     common = dict(dataset=str(cifar10), num_partitions=60, alpha=0.5, pool_size=12_000)
@@ -194,12 +194,12 @@ def test_corrupted_clients_are_seeded_cached_on_disk_and_clean_ones_untouched(
         assert (not torch.equal(a.x_test, b.x_test)) is changed
     assert len(list((tmp_path / "corrupted").glob("motion_blur-3-*.npy"))) == 2  # train, test
     first = load_client_data(noisy, 2)
-    data._CLIENTS.clear()  # a new process: only the disk cache is left
+    cache._CLIENTS.clear()  # a new process: only the disk cache is left
 
     def refuse(*args, **kwargs):
         raise AssertionError("computed again instead of read from the cache")
 
-    monkeypatch.setattr(data, "corrupt", refuse)
+    monkeypatch.setattr(clients, "corrupt", refuse)
     again = load_client_data(noisy, 2)
     assert torch.equal(first.x_train, again.x_train) and torch.equal(first.x_test, again.x_test)
 

@@ -12,19 +12,22 @@ import pytest
 import torch
 from flwr.app import Error, Message, MetricRecord, RecordDict
 
-import pfedgm_app.data as data
 from pfedgm_app.client_app import node_data
 from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.data import (
     KNOWN_CLASSES,
     DeviceData,
     Protocol,
+    cache,
     client_split,
+    clients,
     load_client_data,
     load_device_data,
     load_pool,
     run_classes,
+    sources,
 )
+from pfedgm_app.data import device as device_data
 from pfedgm_app.federation import discover_clients, unavailable
 from tests.test_server import FakeGrid
 
@@ -35,9 +38,9 @@ DIGITS = KNOWN_CLASSES["ylecun/mnist"]
 def fresh_caches(tmp_path, monkeypatch):
     """Each test with its own disk cache and empty in-memory caches (a new process)."""
     monkeypatch.setenv("PFEDGM_CACHE_DIR", str(tmp_path / "cache"))
-    data._CLIENTS.clear()
+    cache._CLIENTS.clear()
     yield
-    data._CLIENTS.clear()
+    cache._CLIENTS.clear()
 
 
 @pytest.fixture(scope="session")
@@ -200,12 +203,12 @@ def test_a_new_process_reads_the_cached_client_and_a_changed_key_decodes_again(
     folder = write_image_folder(digits.select(range(0, 400, 4)), tmp_path / "img")
     first = load_device_data(device(folder, 1))
     decoded = []
-    real = data.pixels
-    monkeypatch.setattr(data, "pixels", lambda *a: decoded.append(1) or real(*a))
+    real = device_data.pixels
+    monkeypatch.setattr(device_data, "pixels", lambda *a: decoded.append(1) or real(*a))
 
     def again(**kw):
-        data._CLIENTS.clear()
-        data._POOLS.clear()
+        cache._CLIENTS.clear()
+        sources._POOLS.clear()
         return load_device_data(device(folder, 1, **kw))
 
     assert _equal(again(), first) and decoded == []
@@ -222,12 +225,12 @@ def test_a_new_process_reads_the_cached_client_and_a_changed_key_decodes_again(
 def test_partitioned_clients_are_cached_on_disk_too(mnist, monkeypatch):
     protocol = Protocol(str(mnist), 4, 0.5, seed=2, min_train=10, pool_size=400)
     first = load_client_data(protocol, 1)
-    data._CLIENTS.clear()
+    cache._CLIENTS.clear()
 
     def refuse(*args):
         raise AssertionError("the pool was loaded instead of the cached client read")
 
-    monkeypatch.setattr(data, "load_pool", refuse)
+    monkeypatch.setattr(clients, "load_pool", refuse)
     assert _equal(load_client_data(protocol, 1), first)
     with pytest.raises(AssertionError, match="instead of the cached"):
         load_client_data(Protocol(str(mnist), 4, 0.5, seed=2, min_train=10, pool_size=500), 1)

@@ -241,7 +241,7 @@ def resolve_frost_dir(frost_dir: str | Path | None = None) -> Path:
                 "pass frost_dir= the folder holding frost1.png ... frost5.jpg"
             )
         return folder
-    return _find_frost_dir((Path.cwd(), Path(__file__).resolve().parent))
+    return _find_frost_dir((Path.cwd(), Path(__file__).resolve().parents[1]))
 
 
 def _find_frost_dir(starts: Iterable[Path]) -> Path:

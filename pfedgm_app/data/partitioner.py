@@ -2,7 +2,7 @@
 for Flower projects that load their data with `FederatedDataset`:
 
     from flwr_datasets import FederatedDataset
-    from pfedgm_app.partition import ResamplingDirichletPartitioner
+    from pfedgm_app.data.partitioner import ResamplingDirichletPartitioner
 
     partitioner = ResamplingDirichletPartitioner(100, alpha=0.1, partition_by="label", min_size=63)
     fds = FederatedDataset(dataset="uoft-cs/cifar10", partitioners={"train": partitioner})
@@ -17,8 +17,8 @@ import datasets
 import numpy as np
 from flwr_datasets.partitioner import Partitioner
 
-from .config import ConfigError
-from .data import dirichlet_partition
+from ..config import ConfigError
+from .partition import dirichlet_partition
 
 
 class ResamplingDirichletPartitioner(Partitioner):
