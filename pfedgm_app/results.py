@@ -17,14 +17,12 @@ from typing import Any
 
 import flwr
 import torch
-from flwr.app import Array, ArrayRecord, MetricRecord
+from flwr.app import ArrayRecord, MetricRecord
 from flwr.common import log
 
-from . import wire
+from . import checkpoint, wire
 from .config import ConfigError, RunConfig, Settings
 from .strategies import PersonalizationResult, summarize
-
-CHECKPOINT = "checkpoint.pt"
 
 
 class RunWriter:
@@ -37,18 +35,22 @@ class RunWriter:
         self.times = {"started": time.time() if started is None else started}
         self.rounds_run = 0  # rounds trained in this sitting (fewer than all when resumed)
         self.fresh = False  # a new run's folder, made (and cleared) by its first write
+        self.lock: checkpoint.FolderLock | None = None  # held while the run writes here
         self.resumed_after = 0  # rounds of an earlier sitting (`resume`)
 
     @classmethod
-    def create(cls, cfg: RunConfig, started: float | None = None) -> RunWriter:
+    def create(cls, cfg: RunConfig, settings: Settings, started: float | None = None) -> RunWriter:
         """`output-dir` as given, or `outputs/<time>-<method>` when empty; refuses to overwrite
         a finished run. Nothing is written until `write_config` (after the federation's
         checks), so a run that cannot start leaves no folder behind.
         """
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(cfg.output_dir or f"outputs/{stamp}-{cfg.method}").expanduser().resolve()
-        if cfg.resume:
-            return cls._resumed(run_dir, started)
+        if cfg.resume:  # the same experiment only, and one live run at a time
+            checkpoint.check_resume(run_dir, {**cfg.to_run_config(), **settings.to_run_config()})
+            writer = cls(run_dir, started)
+            writer.lock = checkpoint.FolderLock(run_dir)
+            return writer
         if (run_dir / "summary.json").exists():
             raise ConfigError(
                 f"output-dir {run_dir} already holds a finished run (summary.json); "
@@ -71,7 +73,8 @@ class RunWriter:
         run_dir = self.run_dir
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            leftovers = [p for p in run_dir.iterdir() if p.is_file()]
+            self.lock = checkpoint.FolderLock(run_dir)
+            leftovers = [p for p in run_dir.iterdir() if p.is_file() and p != self.lock.path]
             if leftovers:  # mkdtemp: two runs stopped in the same second get distinct folders
                 stamp = time.strftime("%Y%m%d-%H%M%S")
                 kept = Path(tempfile.mkdtemp(prefix=f"unfinished-{stamp}-", dir=run_dir))
@@ -81,40 +84,17 @@ class RunWriter:
         except OSError as exc:
             raise ConfigError(f"cannot prepare output-dir {run_dir}: {exc}") from exc
 
-    @classmethod
-    def _resumed(cls, run_dir: Path, started: float | None) -> RunWriter:
-        """The stopped run in `run_dir`, to continue: its checkpoint must be there."""
-        if not (run_dir / CHECKPOINT).exists():
-            raise ConfigError(
-                f"resume=true but {run_dir} holds no {CHECKPOINT}: give the output-dir of a "
-                "stopped run (it writes one after every round), or drop resume"
-            )
-        if (run_dir / "summary.json").exists():
-            raise ConfigError(f"resume=true but the run in {run_dir} finished (summary.json)")
-        return cls(run_dir, started)
-
-    def save_checkpoint(self, server_round: int, arrays: ArrayRecord, strategy: dict) -> Path:
-        """`checkpoint.pt` after `server_round`: the global arrays and the strategy's state,
-        written to a temporary file and renamed, so a kill leaves the previous one whole."""
-        path, tmp = self.run_dir / CHECKPOINT, self.run_dir / (CHECKPOINT + ".tmp")
-        payload = {"round": server_round, "strategy": strategy,
-                   "arrays": {k: v.numpy() for k, v in arrays.items()}}  # fmt: skip
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
-        return path
-
-    def load_checkpoint(self) -> tuple[int, ArrayRecord, dict]:
-        """(rounds done, global arrays, strategy state) of the last checkpoint; `rounds.jsonl`
-        is cut back to those rounds (a round logged after the checkpoint is run again)."""
-        try:  # our own file: numpy arrays and the RNG state are pickled
-            payload = torch.load(self.run_dir / CHECKPOINT, weights_only=False)
-        except Exception as exc:  # noqa: BLE001 (any unreadable file: one clear message)
-            raise ConfigError(f"cannot read {self.run_dir / CHECKPOINT}: {exc}") from exc
-        done = int(payload["round"])
+    def cut_rounds(self, done: int) -> None:
+        """A resumed run's `rounds.jsonl` keeps rounds 1..done (a round logged after the last
+        checkpoint is run again)."""
         self._write_rounds([r for r in self._read_rounds() if r["round"] <= done])
-        arrays = ArrayRecord({k: Array(v) for k, v in payload["arrays"].items()})
+        self.resumed_after = done
         log(INFO, "pFedGM app: resuming %s after round %d", self.run_dir, done)
-        return done, arrays, payload["strategy"]
+
+    def close(self) -> None:
+        """Release the folder for other runs (the end of the run, or its failure)."""
+        if self.lock is not None:
+            self.lock.release()
 
     def write_json(self, name: str, payload: Any) -> Path:
         path = self.run_dir / name

@@ -16,8 +16,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
-from . import wire
-from .config import ConfigError, RunConfig
+from . import checkpoint, wire
+from .config import ConfigError, RunConfig, Settings
 from .data import Protocol, resolve_dataset
 from .federation import discover_clients, model_input, partition_ranks, query_new_nodes
 from .methods import ClientPlugin, Method, parse_run_config
@@ -32,18 +32,35 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """The whole experiment: Phase 1 (rounds), then Phase 2 (personalize), outputs on disk."""
     started = time.time()
+    writer = None
     try:  # every check before round 1: a bad run-config or federation ends the run here
         cfg, method, settings = parse_run_config(context.run_config)
         cfg = dataclasses.replace(cfg, dataset=resolve_dataset(cfg.dataset))
         if window := messages_in_flight(cfg.messages_in_flight):  # every exchange below
             grid = WindowedGrid(grid, window)
             log(INFO, "pFedGM app: at most %d messages in flight (messages-in-flight)", window)
-        writer = RunWriter.create(cfg, started)
+        writer = RunWriter.create(cfg, settings, started)
         left_out: dict[int, str] = {}  # min-nodes: SuperNodes that could not take part, why
         clients = discover_clients(grid, cfg, left_out)  # the clients load their data
+        experiment(grid, cfg, method, settings, writer, clients, left_out)
     except ConfigError as exc:
         log(ERROR, "pFedGM app: %s", exc)
         raise
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def experiment(
+    grid: Grid,
+    cfg: RunConfig,
+    method: Method,
+    settings: Settings,
+    writer: RunWriter,
+    clients: dict[int, dict],
+    left_out: dict[int, str],
+) -> None:
+    """Phase 1 (rounds), then Phase 2 (personalize), over the discovered `clients`."""
     writer.write_config(cfg, settings, len(clients))
     protocol = Protocol.of(cfg, int(next(iter(clients.values()))[wire.NUM_PARTITIONS]))
     ranks = partition_ranks(clients)  # the protocol's roles are by partition id
@@ -189,7 +206,7 @@ class Evaluation:
             if every and server_round % every == 0 and server_round < last:
                 extra = evaluation_row(*self.run(arrays, server_round))
             writer.on_round(server_round, arrays, metrics, **extra)
-            writer.save_checkpoint(server_round, arrays, self.strategy.state())
+            checkpoint.save(writer.run_dir, server_round, arrays, self.strategy.state())
 
         return after
 
@@ -203,11 +220,11 @@ def resume(
 ) -> tuple[int, ArrayRecord]:
     """The rounds done and the global arrays of the stopped run's last checkpoint; the
     strategy continues from the state saved with them."""
-    done, arrays, state = writer.load_checkpoint()
+    done, arrays, state = checkpoint.load(writer.run_dir)
     if sorted(arrays) != sorted(initial):
         raise ConfigError("the checkpoint's arrays are another model's: same method and dataset?")
     strategy.load_state(state)
-    writer.resumed_after = done
+    writer.cut_rounds(done)
     if method.keeps_state and not cfg.client_state_dir:
         log(WARNING, "pFedGM app: %s keeps arrays on its clients and client-state-dir is "
             "not set: a new run's clients start without them, so the resumed run differs from "

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
+import subprocess
+import sys
 
+import numpy as np
 import pytest
-from flwr.app import MetricRecord
+from flwr.app import Array, ArrayRecord, MetricRecord
 
+from pfedgm_app import checkpoint
 from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.methods.base import NoSettings
 from pfedgm_app.results import EVAL_MEAN, EVAL_STD, RunWriter
@@ -17,7 +23,7 @@ from pfedgm_app.strategies import summarize
 def test_a_finished_run_is_never_overwritten(tmp_path):
     (tmp_path / "summary.json").write_text("{}")
     with pytest.raises(ConfigError, match="already holds a finished run"):
-        RunWriter.create(RunConfig(output_dir=str(tmp_path)))
+        RunWriter.create(RunConfig(output_dir=str(tmp_path)), NoSettings())
     assert (tmp_path / "summary.json").read_text() == "{}"
 
 
@@ -25,7 +31,7 @@ def test_an_unfinished_run_is_set_aside_and_the_new_one_starts_clean(tmp_path):
     (tmp_path / "config.json").write_text("old config")
     (tmp_path / "rounds.jsonl").write_text('{"round": 1}\n{"round": 2}\n')
     cfg = RunConfig(output_dir=str(tmp_path))
-    writer = RunWriter.create(cfg)
+    writer = RunWriter.create(cfg, NoSettings())
     writer.write_config(cfg, NoSettings(), 1)  # the run's first write sets the old files aside
     writer.append_round(1, None)
     rounds = (tmp_path / "rounds.jsonl").read_text().splitlines()
@@ -33,8 +39,9 @@ def test_an_unfinished_run_is_set_aside_and_the_new_one_starts_clean(tmp_path):
     (kept,) = tmp_path.glob("unfinished-*")
     assert (kept / "rounds.jsonl").read_text().count("round") == 2  # nothing lost
     assert (kept / "config.json").read_text() == "old config"
+    writer.close()
     (tmp_path / "config.json").write_text("second stopped run")  # stopped again, same second
-    RunWriter.create(cfg).write_config(cfg, NoSettings(), 1)
+    RunWriter.create(cfg, NoSettings()).write_config(cfg, NoSettings(), 1)
     kept_twice = sorted(tmp_path.glob("unfinished-*"))
     assert len(kept_twice) == 2  # the first set-aside run is not overwritten
     assert (kept / "config.json").read_text() == "old config"
@@ -42,23 +49,26 @@ def test_an_unfinished_run_is_set_aside_and_the_new_one_starts_clean(tmp_path):
 
 def test_a_fresh_output_dir_is_created_at_the_first_write(tmp_path):
     cfg = RunConfig(output_dir=str(tmp_path / "a" / "b"))
-    RunWriter.create(cfg).write_config(cfg, NoSettings(), 1)
-    assert [p.name for p in (tmp_path / "a" / "b").iterdir()] == ["config.json"]
+    RunWriter.create(cfg, NoSettings()).write_config(cfg, NoSettings(), 1)
+    written = [p.name for p in (tmp_path / "a" / "b").iterdir() if not p.name.startswith(".")]
+    assert written == ["config.json"]  # and the run's lock
 
 
 def test_a_run_that_cannot_start_leaves_no_folder_and_an_unwritable_one_is_named(tmp_path):
     target = tmp_path / "run"
-    RunWriter.create(RunConfig(output_dir=str(target)))  # then discovery fails: nothing written
+    RunWriter.create(
+        RunConfig(output_dir=str(target)), NoSettings()
+    )  # then discovery fails: nothing written
     assert not target.exists()
     (tmp_path / "ro").mkdir(mode=0o500)
     if not os.access(tmp_path / "ro", os.W_OK):  # root writes anywhere
         with pytest.raises(ConfigError, match="is not writable"):
-            RunWriter.create(RunConfig(output_dir=str(tmp_path / "ro" / "run")))
+            RunWriter.create(RunConfig(output_dir=str(tmp_path / "ro" / "run")), NoSettings())
 
 
 def test_the_final_evaluation_joins_the_last_round_and_every_run_gets_a_plot(tmp_path):
     cfg = RunConfig(output_dir=str(tmp_path), num_server_rounds=2, eval_every=1)
-    writer = RunWriter.create(cfg)
+    writer = RunWriter.create(cfg, NoSettings())
     writer.write_config(cfg, NoSettings(), 2)
     writer.append_round(1, MetricRecord({"loss": 2.0}), **{EVAL_MEAN: 40.0, EVAL_STD: 5.0})
     writer.append_round(2, MetricRecord({"loss": 1.0}))
@@ -73,16 +83,67 @@ def test_the_final_evaluation_joins_the_last_round_and_every_run_gets_a_plot(tmp
 
 
 def test_resuming_drops_a_torn_last_line_of_rounds_and_cuts_back_to_the_checkpoint(tmp_path):
-    import numpy as np
-    from flwr.app import Array, ArrayRecord
-
-    writer = RunWriter(tmp_path)
-    writer.save_checkpoint(2, ArrayRecord({"w": Array(np.zeros(2))}), {"rng": None})
+    checkpoint.save(tmp_path, 2, ArrayRecord({"w": Array(np.zeros(2))}), {"rng": None})
     lines = ['{"round": 1}', '{"round": 2}', '{"round": 3}', '{"rou']  # killed mid-write
     (tmp_path / "rounds.jsonl").write_text("\n".join(lines))
-    done, arrays, _ = writer.load_checkpoint()
+    done, arrays, _ = checkpoint.load(tmp_path)
+    RunWriter(tmp_path).cut_rounds(done)
     assert done == 2 and list(arrays) == ["w"]
     assert (tmp_path / "rounds.jsonl").read_text() == '{"round": 1}\n{"round": 2}\n'
     (tmp_path / "rounds.jsonl").write_text('{"round": 1}\nnot json\n{"round": 2}\n')
     with pytest.raises(ConfigError, match="line 2 is not JSON; repair it"):
-        writer.load_checkpoint()
+        RunWriter(tmp_path).cut_rounds(2)
+
+
+def _stopped_run(folder, **keys) -> RunConfig:
+    """A run of 2 rounds, stopped: its config.json and checkpoint, as a run leaves them."""
+    cfg = RunConfig(output_dir=str(folder), num_server_rounds=5, **keys)
+    writer = RunWriter.create(cfg, NoSettings())
+    writer.write_config(cfg, NoSettings(), 4)
+    checkpoint.save(folder, 2, ArrayRecord({"w": Array(np.zeros(1))}), {})
+    writer.close()
+    return dataclasses.replace(cfg, resume=True)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"method": "fedper"}, "method: 'fedavg' -> 'fedper'"),
+        ({"dirichlet_alpha": 0.1}, "dirichlet-alpha: 0.5 -> 0.1"),
+        ({"seed": 1}, "seed: 0 -> 1"),
+        ({"dataset": "/elsewhere"}, "dataset:"),
+        ({"num_server_rounds": 1}, "has done 2 rounds: give at least 2"),
+    ],
+)
+def test_resume_refuses_another_experiment_before_touching_the_folder(tmp_path, change, named):
+    resumed = dataclasses.replace(_stopped_run(tmp_path, method="fedavg"), **change)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        RunWriter.create(resumed, NoSettings())
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_resume_may_change_how_a_run_runs_and_add_rounds(tmp_path):
+    resumed = _stopped_run(tmp_path)
+    more = dataclasses.replace(resumed, num_server_rounds=9, client_threads=1, eval_every=3)
+    RunWriter.create(more, NoSettings()).close()
+
+
+def test_an_output_dir_in_use_by_a_live_run_is_refused_and_a_killed_run_leaves_no_lock(tmp_path):
+    cfg = RunConfig(output_dir=str(tmp_path / "run"))
+    first = RunWriter.create(cfg, NoSettings())
+    first.write_config(cfg, NoSettings(), 1)
+    with pytest.raises(ConfigError, match="in use by a live run"):
+        RunWriter.create(cfg, NoSettings()).write_config(cfg, NoSettings(), 1)
+    first.close()
+    script = ("import sys, time; from pathlib import Path; from pfedgm_app.checkpoint import "
+              "FolderLock; lock = FolderLock(Path(sys.argv[1])); print('locked', flush=True); "
+              "time.sleep(60)")  # fmt: skip
+    holder = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "run")],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert holder.stdout.readline().strip() == "locked"
+    with pytest.raises(ConfigError, match="in use by a live run"):
+        checkpoint.FolderLock(tmp_path / "run")
+    holder.kill()
+    holder.wait()
+    checkpoint.FolderLock(tmp_path / "run").release()  # the killed run's lock went with it
