@@ -87,7 +87,7 @@ class RunConfig(Settings):
     preset: str = ""  # presets.py: a paper table's keys in place of the defaults
     method: str = "pfedgm"
     dataset: str = "uoft-cs/cifar10"
-    classes: str = ""  # the model's classes in order, 'a,b,...'; empty: the dataset's (data.py)
+    classes: str = ""  # the model's classes in order, 'a,b,...'; empty: the dataset's (data/labels)
     dirichlet_alpha: float = above(0, 0.5)
     num_server_rounds: int = at_least(1, 200)
     fraction_train: float = 0.3
