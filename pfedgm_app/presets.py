@@ -155,7 +155,7 @@ def apply_preset(run_config: dict[str, Any], defaults: dict[str, Any]) -> dict[s
 
 
 def markdown_table() -> str:
-    """The README's table of presets (hub variants; each has an -offline twin)."""
+    """The table of docs/presets.md (hub variants; each has an -offline twin)."""
     rows = ["| preset | reproduces | num-supernodes |", "|---|---|---|"]
     for p in PRESETS.values():
         if not p.name.endswith("-offline"):
@@ -164,7 +164,9 @@ def markdown_table() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Presets: print the README table or write conf/")
+    parser = argparse.ArgumentParser(
+        description="Presets: print the docs/presets.md table or write conf/"
+    )
     parser.add_argument("--write", action="store_true", help=f"(re)write {CONF_DIR}/*.toml")
     args = parser.parse_args()
     if not args.write:

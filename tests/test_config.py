@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pfedgm_app import presets
 from pfedgm_app.config import ConfigError, RunConfig, Settings, above, at_least
 from pfedgm_app.data import load_pool, resolve_dataset
-from pfedgm_app.methods import METHODS, markdown_table, parse_run_config, run_config_keys
+from pfedgm_app.methods import METHODS, parse_run_config, run_config_keys
 from pfedgm_app.presets import PRESETS
 from tests.conftest import SHARED_DATA
 
@@ -40,16 +39,6 @@ def test_pyproject_declares_exactly_the_registered_keys_with_their_defaults():
     assert {k: v for k, v in declared.items() if v != registered[k]} == {}, "defaults differ"
     cfg, method, settings = parse_run_config(declared)
     assert cfg == RunConfig() and settings == method.settings()
-
-
-def test_readme_method_table_is_the_registrys_and_every_key_is_documented():
-    """README's table is `python -m pfedgm_app.methods`' output, in the registry's order, and
-    its run-config table names every key."""
-    readme = (ROOT / "README.md").read_text()
-    assert markdown_table() in readme, "paste `python -m pfedgm_app.methods` into README.md"
-    assert markdown_table().count("\n| `") == len(METHODS)
-    keys = readme[readme.index("## Run-config keys") :]
-    assert [k for k in run_config_keys() if f"`{k}`" not in keys] == []
 
 
 def test_a_method_registered_once_is_known_everywhere():
@@ -174,7 +163,3 @@ def test_a_preset_fills_the_defaults_and_a_key_given_wins():
         parse_run_config({"preset": "cifar1000"})
     with pytest.raises(ConfigError, match="no <ancestor>/shared/data/nowhere"):
         resolve_dataset("shared:nowhere")
-
-
-def test_readme_lists_every_preset():
-    assert presets.markdown_table() in (ROOT / "README.md").read_text()

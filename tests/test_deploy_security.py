@@ -1,10 +1,11 @@
 """Security: who may join a deployment, and what leaves a device.
 
-A secure deployment on loopback, as the README's "Secure deployment" runs it: certificates from
-`deploy/make-certs.sh`, a SuperLink serving TLS with `--enable-supernode-auth`, device keys
-registered with `flwr supernode register`; only registered devices may join and train. And, for
-every method, the replies its ClientApp handlers actually send, against the README's "What
-leaves a device" (`tests/test_methods.py` checks the plug-ins' `Reply` below the messages).
+A secure deployment on loopback, as deploy/README.md's "Secure deployment" runs it:
+certificates from `deploy/make-certs.sh`, a SuperLink serving TLS with
+`--enable-supernode-auth`, device keys registered with `flwr supernode register`; only
+registered devices may join and train. And, for every method, the replies its ClientApp
+actually sends, against docs/privacy.md (`tests/test_methods.py` checks the plug-ins' `Reply`
+below the messages).
 """
 
 from __future__ import annotations
@@ -12,17 +13,16 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from flwr.app import ArrayRecord, MetricRecord
+from flwr.app import Array, ArrayRecord, MetricRecord
 
-import devtools.inprocess as inprocess
 from devtools.deployment import start_deployment
 from devtools.launch import offline_env, run_app, stop_local_superlink
+from devtools.reference import leaves_device_block, privacy_page, record_replies
 from pfedgm_app import wire
-from pfedgm_app.methods import METHODS, get_method
+from pfedgm_app.methods import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 # One short round: the run shows that registered devices train over TLS, not what they learn.
@@ -120,98 +120,20 @@ def test_tls_deployment_admits_registered_supernodes_only(tmp_path, mnist):
     assert [n["status"] for n in nodes] == ["online", "online"], nodes  # the refused one: absent
 
 
-# Two rounds (LG-FedAvg's warm-up round, then its own), every client trains in each; short.
-REPLY_RUN = {"num-server-rounds": 2, "local-epochs": 1, "finetune-epochs": 1,
-             "personal-epochs": 1, "fedrep-refit-epochs": 1, "lbfgs-cycles": 1,
-             "pfedme-inner-steps": 1, "pool-size": 600, "fraction-train": 1.0,
-             "client-threads": 1}  # fmt: skip
-PARTS = ("generator", "head", "convolutions")
 FEDPAC_EXTRAS = {"head.weight", "head.bias", wire.PROTOS, wire.CLASS_COUNTS, wire.VARIANCE,
                  wire.H_REF}  # fmt: skip
 
 
-def _parts(model, keys: set[str]) -> str:
-    """Array keys as the whole model parts they make up: "generator, head"."""
-    names, left = [], set(keys)
-    for part in PARTS:
-        if (part_keys := set(model.part_keys(part))) and part_keys <= left:
-            names.append(part)
-            left -= part_keys
-    assert not left, f"arrays that are no whole model part: {sorted(left)}"
-    return ", ".join(names) or "nothing"
-
-
-def _names(keys) -> str:
-    return ", ".join(f"`{k}`" for k in keys)
-
-
-def leaves_device_block(replies: dict[str, list], models: dict) -> str:
-    """The README's "What leaves a device" block, from the replies each method sent."""
-
-    def metrics(sent: list, kind: str) -> set[str]:
-        return {k for _, kind_, content in sent if kind_ == kind for k in content["metrics"]}
-
-    kinds = ("query", "train", "train.personalize")
-    common = {
-        k: sorted(set.intersection(*(metrics(s, k) for s in replies.values()))) for k in kinds
-    }
-    lines = [f"`query` (every method): metrics {_names(common['query'])}.", "",
-             "| `method` | `train`: arrays | `train`: extras | `train`: metrics besides "
-             f"{_names(common['train'])} | `train.personalize`: metrics besides "
-             f"{_names(common['train.personalize'])} |", "|---|---|---|---|---|"]  # fmt: skip
-    for name, sent in replies.items():
-        by_kind = defaultdict(list)
-        for _, kind, content in sent:
-            by_kind[kind].append(content)
-        arrays = []  # per round, in order: LG-FedAvg sends other parts after its warm-up
-        for content in by_kind["train"]:
-            part = _parts(models[name], set(content["arrays"]))
-            if part not in arrays:
-                arrays.append(part)
-        extras = sorted({k for c in by_kind["train"] for k in c.get("extras", ())})
-        train = sorted(metrics(sent, "train") - set(common["train"]))
-        final = sorted(metrics(sent, "train.personalize") - set(common["train.personalize"]))
-        assert metrics(sent, "query") == set(common["query"]), name
-        cells = [", then ".join(arrays), _names(extras), _names(train), _names(final)]
-        lines.append(f"| `{name}` | " + " | ".join(c or "-" for c in cells) + " |")
-    return "\n".join(lines)
-
-
-def test_what_leaves_a_device_is_what_the_readme_says(tmp_path, mnist, monkeypatch):
-    """Every method through the real ClientApp handlers (`devtools.inprocess`, MNIST, two
-    clients, two rounds): each reply holds only arrays and numeric metrics; a train reply's
-    arrays are whole model parts (each array of its parameter's shape), the parts the method
-    declares, plus FedPAC's declared statistics, none with the client's number of samples as
-    a dimension (no images, features or labels). pFedGM sends phi (`generator`), psi
-    (`head.mu`, `head.b`), nu (`head.A`) and counts: no prototypes. The table of what each
-    method sends equals the README's."""
-    replies: dict[str, list] = defaultdict(list)
-    current = {}
-
-    def recording(handler):
-        def handle(msg, context):
-            reply = handler(msg, context)
-            content = {}
-            for record_name, record in reply.content.items():
-                assert isinstance(record, (ArrayRecord, MetricRecord)), (record_name, record)
-                content[record_name] = dict(record)
-            replies[current["method"]].append((context.node_id, msg.metadata.message_type,
-                                               content))  # fmt: skip
-            return reply
-
-        return handle
-
-    for kind, handler in list(inprocess.HANDLERS.items()):
-        monkeypatch.setitem(inprocess.HANDLERS, kind, recording(handler))
-    models = {}
-    for name in METHODS:
-        current["method"] = name
-        cfg = {**REPLY_RUN, "method": name, "dataset": str(mnist),
-               "output-dir": str(tmp_path / name)}  # fmt: skip
-        summary, _ = inprocess.run_inprocess(cfg, 2)
-        assert summary["num_clients_evaluated"] == 2, name
-        method = get_method(name)
-        models[name] = model = method.plugin(method.settings()).build_model((1, 28, 28), 10)
+def test_what_leaves_a_device_is_what_docs_privacy_says(tmp_path, mnist):
+    """Every method through the real ClientApp (`devtools.inprocess`, MNIST, two clients, two
+    rounds): each reply holds only arrays and numeric metrics; a train reply's arrays are whole
+    model parts (each array of its parameter's shape), the parts the method declares, plus
+    FedPAC's declared statistics, none with the client's number of samples as a dimension (no
+    images, features or labels). pFedGM sends phi (`generator`), psi (`head.mu`, `head.b`), nu
+    (`head.A`) and counts: no prototypes. docs/privacy.md is the page these replies make."""
+    replies, models = record_replies(mnist, tmp_path)
+    for name, method in METHODS.items():
+        model = models[name]
         shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
         sizes = {(node, k): int(c["metrics"][k]) for node, kind, c in replies[name]
                  if kind == "query" for k in (wire.NUM_EXAMPLES, wire.NUM_TEST)}  # fmt: skip
@@ -219,6 +141,8 @@ def test_what_leaves_a_device_is_what_the_readme_says(tmp_path, mnist, monkeypat
         last_round = [c for _, kind, c in replies[name] if kind == "train"][-2:]  # 2 clients
         for node, kind, content in replies[name]:
             counts = {n for (i, _), n in sizes.items() if i == node}
+            for record_name, record in content.items():
+                assert isinstance(record, (ArrayRecord, MetricRecord)), (name, record_name)
             for key, value in content.get("metrics", {}).items():
                 values = value if isinstance(value, list) else [value]
                 assert all(isinstance(v, (int, float)) for v in values), (name, key, value)
@@ -226,6 +150,7 @@ def test_what_leaves_a_device_is_what_the_readme_says(tmp_path, mnist, monkeypat
             for record_name in set(content) - {"metrics"}:
                 assert kind == "train" and record_name in ("arrays", "extras"), (name, kind)
                 for key, array in content[record_name].items():
+                    assert isinstance(array, Array), (name, key)
                     if record_name == "arrays":  # model parameters, of their own shapes
                         assert tuple(array.shape) == shapes[key], (name, key)
                     else:  # statistics: per class or per client, never per sample
@@ -236,6 +161,7 @@ def test_what_leaves_a_device_is_what_the_readme_says(tmp_path, mnist, monkeypat
     pfedgm = {k for _, kind, c in replies["pfedgm"] if kind == "train" for k in c["arrays"]}
     generator = set(models["pfedgm"].part_keys("generator"))
     assert pfedgm == generator | {"head.mu", "head.b", "head.A"}  # phi, psi, nu
-    block = leaves_device_block(replies, models)
-    readme = (ROOT / "README.md").read_text()
-    assert block in readme, "README's 'What leaves a device' should read:\n\n" + block
+    page = privacy_page(leaves_device_block(replies, models))
+    assert (ROOT / "docs" / "privacy.md").read_text() == page, (
+        "docs/privacy.md is out of date: run `python -m devtools.reference`"
+    )

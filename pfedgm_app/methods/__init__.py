@@ -2,7 +2,8 @@
 `method` key, client plug-in, server strategy, hyperparameters, summary), and listed here.
 
 Run-config parsing, the strategy the ServerApp builds, the `pyproject.toml` keys (checked by a
-test) and the README's method table (`python -m pfedgm_app.methods`) all come from `METHODS`.
+test) and the method table of docs/methods.md (`python -m pfedgm_app.methods`) all come from
+`METHODS`.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> tuple[RunConfig, Method, 
 
 
 def markdown_table() -> str:
-    """The README's method table."""
+    """The method table of docs/methods.md (`python -m devtools.reference` writes it)."""
     rows = [
         f"| `{m.name}` | {', '.join(m.sends) or 'nothing'} | `{m.strategy.__name__}` | "
         f"{m.summary} |"

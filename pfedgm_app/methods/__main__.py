@@ -1,4 +1,4 @@
-"""`python -m pfedgm_app.methods` prints the README's method table from the registry."""
+"""`python -m pfedgm_app.methods` prints the method table of docs/methods.md from the registry."""
 
 from . import markdown_table
 

@@ -152,7 +152,7 @@ class Method:
     """A method, declared once: its `method` key, its client plug-in, a one-line summary, its
     server strategy (any `PersonalizedFedAvg`), its own hyperparameters, and the model parts
     whose arrays leave the client in a train reply (`sends`; the tests check the plug-in
-    against it; the README's table shows it), and whether its clients keep arrays between
+    against it; docs/methods.md shows it), and whether its clients keep arrays between
     rounds (`keeps_state`, checked too: a resumed run's new clients start without them).
     """
 

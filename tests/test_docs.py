@@ -1,0 +1,86 @@
+"""The documentation: the reference pages under docs/ are what the code generates now, every
+run-config key has its one meaning, every relative link leads somewhere, and the README stays
+a door (short, pointing at the rest)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from devtools.reference import COMMAND, pages
+from pfedgm_app.methods import METHODS, markdown_table, run_config_keys
+from pfedgm_app.reference import MEANINGS
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+PAGES = [
+    ROOT / "README.md",
+    ROOT / "RESULTS.md",
+    ROOT / "deploy" / "README.md",
+    ROOT / "benchmarks" / "README.md",
+    ROOT / "examples" / "quickstart-pfedgm" / "README.md",
+    *sorted(DOCS.rglob("*.md")),
+]
+
+
+@pytest.mark.parametrize("name", sorted(pages()))
+def test_reference_pages_are_current(name):
+    """docs/run-config.md, methods.md and presets.md equal what the registry, the settings
+    groups, `MEANINGS` and the presets give now (docs/privacy.md: test_deploy_security)."""
+    path = DOCS / name
+    assert path.exists() and path.read_text() == pages()[name], (
+        f"docs/{name} is out of date: run `{COMMAND}`"
+    )
+
+
+def test_every_run_config_key_has_exactly_one_meaning():
+    keys = set(run_config_keys())
+    missing, stale = sorted(keys - set(MEANINGS)), sorted(set(MEANINGS) - keys)
+    assert missing == [], f"describe these keys in pfedgm_app/reference.py MEANINGS: {missing}"
+    assert stale == [], f"MEANINGS describes keys that no longer exist: {stale}"
+    assert all(m.strip() and "\n" not in m for m in MEANINGS.values())
+
+
+def test_the_method_table_has_one_row_per_registered_method():
+    assert markdown_table().count("\n| `") == len(METHODS)
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's anchors for a page's headings."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def _links(page: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # code is not a link
+    return [t for t in re.findall(r"\]\(([^)\s]+)\)", text) if not re.match(r"[a-z]+:", t)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_leads_to_a_file_and_heading(page):
+    assert page.exists(), page
+    broken = []
+    for link in _links(page):
+        target, _, anchor = link.partition("#")
+        path = (page.parent / target).resolve() if target else page
+        if not path.exists():
+            broken.append(link)
+        elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
+            broken.append(link)
+    assert broken == [], f"{page.relative_to(ROOT)}: broken links {broken}"
+
+
+def test_the_readme_is_a_door():
+    """At most 250 lines: what the app is, how to install, run, check and test it, and links to
+    the rest; CI runs its test command (.ci/run)."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    assert "\npython -m pytest -q\n" in readme
+    for page in ("docs/run-config.md", "docs/methods.md", "docs/presets.md", "deploy/README.md"):
+        assert f"]({page}" in readme, page
+    assert [m for m in METHODS if f"`{m}`" not in readme] == [], "list new methods in README"
+    paths = re.findall(r"^\| `([\w./*-]+/[\w./*-]*)` \|", readme, flags=re.M)  # the map
+    assert len(paths) > 20
+    assert [p for p in paths if not list(ROOT.glob(p.rstrip("/")))] == [], "update the map"
