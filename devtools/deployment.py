@@ -48,12 +48,12 @@ def start_deployment(
     Call `.stop()` when done.
 
     Insecure by default. With `certs`, a folder written by `deploy/make-certs.sh`, it is the
-    README's secure deployment, so that tests exercise what a user runs: the SuperLink serves
-    TLS with `server.crt` (SuperNodes and `flwr` verify it with `ca.crt`). With `registered`
-    too (indices into `node_configs`), the SuperLink runs `--enable-supernode-auth`, SuperNode
-    i signs with its key `certs/device-<i>`, and only the `registered` nodes' public keys are
-    registered (`flwr supernode register`, as a user would) before any SuperNode starts: the
-    others are refused and exit (their log says why).
+    secure deployment of deploy/README.md, so that tests exercise what a user runs: the
+    SuperLink serves TLS with `server.crt` (SuperNodes and `flwr` verify it with `ca.crt`).
+    With `registered` too (indices into `node_configs`), the SuperLink runs
+    `--enable-supernode-auth`, SuperNode i signs with its key `certs/device-<i>`, and only the
+    `registered` nodes' public keys are registered (`flwr supernode register`, as a user
+    would) before any SuperNode starts: the others are refused and exit (their log says why).
     """
     if registered is not None and certs is None:
         raise ValueError("SuperNode authentication (`registered`) needs TLS (`certs`)")

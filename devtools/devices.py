@@ -5,8 +5,8 @@
 writes `devices/<id>/data.parquet` (the hub schema, the client's pooled samples in pool order)
 for each of the simulation's clients, so that SuperNodes started with `--node-config
 "partition-id=<id> num-partitions=<N> data-path='devices/<id>'"` hold their own data and train
-the clients a simulation with the same settings trains. A helper of the repository (README's
-deployment walk-through, `benchmarks/bench_deploy.py`), not of the app.
+the clients a simulation with the same settings trains. A helper of the repository (the
+deployment walk-through of deploy/README.md, `benchmarks/bench_deploy.py`), not of the app.
 """
 
 from __future__ import annotations
