@@ -108,8 +108,9 @@ the same pattern:
 
 ## Adding a method
 
-Write `pfedgm_app/methods/<name>.py`: a client plug-in (subclass `ClientPlugin`, override
-`kept_keys`, `train` or `personalize`; FedPer in `split.py` is three lines), optionally a
+Write `pfedgm_app/methods/<name>.py`: a client plug-in (subclass `ClientPlugin`; declare the
+model parts it `sends`, override `train` or `personalize`; FedPer in `split.py` is one line,
+`sends = ("generator",)`, under its docstring), optionally a
 `Settings` dataclass of its own keys with their bounds, and one `Method(name, plug-in, summary,
 strategy=..., settings=...)`. Add it to `REGISTERED` in `methods/__init__.py`, its keys to
 `pyproject.toml` and their meanings to `pfedgm_app/reference.py`, then run `{COMMAND}`; the

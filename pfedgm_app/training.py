@@ -1,6 +1,6 @@
 """The one local training loop every method uses, plus device, threads and evaluation helpers.
 
-Data are in-memory tensors (decoded once by `data.py`); batches are index slices of a seeded
+Data are in-memory tensors (decoded once by `pfedgm_app.data`); batches are index slices of a seeded
 permutation, so there is no DataLoader, no worker process and no per-batch decoding.
 """
 

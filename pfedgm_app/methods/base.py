@@ -106,7 +106,16 @@ class ClientRun:
 
 
 class ClientPlugin:
-    """FedAvg on a client: train the whole model with cross-entropy, send everything."""
+    """FedAvg on a client: train the whole model with cross-entropy, send everything.
+
+    What leaves the client is declared once, in `sends` (model parts: `generator`, `head`,
+    `convolutions`); every other array is kept on the client (`kept_keys`). `own_state` says
+    the method keeps arrays of its own between messages besides those (Ditto's personal model,
+    pFedMe's theta); `keeps_state()` derives whether its clients keep any.
+    """
+
+    sends: tuple[str, ...] = ("generator", "head")
+    own_state: bool = False
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings if settings is not None else NoSettings()
@@ -115,8 +124,15 @@ class ClientPlugin:
         return build_model(image_shape, lambda dim: nn.Linear(dim, num_classes))
 
     def kept_keys(self, model: Model) -> list[str]:
-        """state_dict keys that stay on the client (never leave it)."""
-        return []
+        """state_dict keys that stay on the client (never leave it): the parts not in `sends`."""
+        shared = {k for part in self.sends for k in model.part_keys(part)}
+        return [k for k in model.state_dict() if k not in shared]
+
+    @classmethod
+    def keeps_state(cls) -> bool:
+        """Whether clients keep arrays between rounds (`ClientState`): a resumed run's new
+        clients start without them."""
+        return cls.own_state or set(cls.sends) != {"generator", "head"}
 
     def train(self, model: Model, run: ClientRun) -> Reply:
         """One local round; returns what the client sends (end with `self.send`)."""
@@ -150,10 +166,8 @@ class ClientPlugin:
 @dataclass(frozen=True)
 class Method:
     """A method, declared once: its `method` key, its client plug-in, a one-line summary, its
-    server strategy (any `PersonalizedFedAvg`), its own hyperparameters, and the model parts
-    whose arrays leave the client in a train reply (`sends`; the tests check the plug-in
-    against it; docs/methods.md shows it), and whether its clients keep arrays between
-    rounds (`keeps_state`, checked too: a resumed run's new clients start without them).
+    server strategy (any `PersonalizedFedAvg`) and its own hyperparameters. What leaves its
+    clients (`sends`) and whether they keep arrays (`keeps_state`) come from the plug-in.
     """
 
     name: str
@@ -161,8 +175,15 @@ class Method:
     summary: str
     strategy: type[PersonalizedFedAvg] = PersonalizedFedAvg
     settings: type[Settings] = NoSettings
-    sends: tuple[str, ...] = ("generator", "head")
-    keeps_state: bool = False  # arrays kept on the clients between rounds (`ClientState`)
+
+    @property
+    def sends(self) -> tuple[str, ...]:
+        """The model parts whose arrays leave a client in a train reply."""
+        return self.client.sends
+
+    @property
+    def keeps_state(self) -> bool:
+        return self.client.keeps_state()
 
     def plugin(self, settings: Settings | None = None) -> ClientPlugin:
         """The client plug-in with `settings` (this method's defaults if None)."""

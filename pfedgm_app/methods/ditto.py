@@ -34,6 +34,8 @@ class DittoClient(ClientPlugin):
     state, and is what the client is evaluated with.
     """
 
+    own_state = True  # its personal model v, never sent
+
     def train(self, model: Model, run: ClientRun) -> Reply:
         received = [p.detach().clone() for p in model.parameters()]
         personal = self._personal(model, run)
@@ -70,5 +72,4 @@ DITTO = Method(
     "Ditto (Li et al., ICML 2021): FedAvg global model + a personal model trained with the "
     "proximal term mu/2 ‖v − w‖² (`ditto-mu`, 1.0); evaluated with the personal model",
     settings=DittoSettings,
-    keeps_state=True,
 )

@@ -63,8 +63,7 @@ class LocalClient(ClientPlugin):
     schedule as the federated methods, so it gets the same number of local epochs in total.
     """
 
-    def kept_keys(self, model: Model) -> list[str]:
-        return list(model.state_dict())
+    sends = ()
 
 
 FEDAVG = Method(
@@ -82,6 +81,4 @@ LOCAL = Method(
     "local",
     LocalClient,
     "no communication: each client trains its own model `local-epochs` whenever sampled",
-    sends=(),
-    keeps_state=True,
 )

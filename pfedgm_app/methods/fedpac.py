@@ -57,8 +57,7 @@ class FedPACSettings(Settings):
 
 
 class FedPACClient(ClientPlugin):
-    def kept_keys(self, model: Model) -> list[str]:
-        return model.part_keys("head")
+    sends = ("generator",)  # the head goes in the extras, to be combined, never averaged
 
     def train(self, model: Model, run: ClientRun) -> Reply:
         own, gen, head = self.settings, model.generator, model.head
@@ -117,6 +116,4 @@ FEDPAC = Method(
     "per client from their feature statistics (a simplex QP); the head never joins the average",
     strategy=FedPAC,
     settings=FedPACSettings,
-    sends=("generator",),  # the head goes in the extras, to be combined, never averaged
-    keeps_state=True,
 )

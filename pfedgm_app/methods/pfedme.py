@@ -106,6 +106,8 @@ class PFedMeClient(ClientPlugin):
     fraction q does, so the final update is run here).
     """
 
+    own_state = True  # its personal model theta, never sent
+
     def train(self, model: Model, run: ClientRun) -> Reply:
         personal, metrics = self._client_update(model, run)
         run.state.save(PERSONAL, personal.state_dict())
@@ -167,5 +169,4 @@ PFEDME = Method(
     "(0.01), stopping at `pfedme-tolerance`), then w ← w − lr·`pfedme-lambda` (5.0)·(w − theta); "
     "theta stays on the client and is what is evaluated (w_i too, as the authors' code does)",
     settings=PFedMeSettings,
-    keeps_state=True,
 )

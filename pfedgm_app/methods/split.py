@@ -20,8 +20,7 @@ class FedPerClient(ClientPlugin):
     (`set_parameters` copies the base only) and `servers/serverper.py: FedPer.receive_models`.
     """
 
-    def kept_keys(self, model: Model) -> list[str]:
-        return model.part_keys("head")
+    sends = ("generator",)
 
 
 @dataclass(frozen=True)
@@ -57,9 +56,7 @@ class LGFedAvgClient(ClientPlugin):
     round is evaluated as for every method.
     """
 
-    def kept_keys(self, model: Model) -> list[str]:
-        shared = set(model.part_keys("convolutions"))
-        return [k for k in model.state_dict() if k not in shared]
+    sends = ("convolutions",)
 
     def train(self, model: Model, run: ClientRun) -> Reply:
         if self.settings.warm(run):  # FedAvg: nothing kept, everything sent
@@ -68,7 +65,7 @@ class LGFedAvgClient(ClientPlugin):
         return super().train(model, run)
 
 
-class FedBABUClient(ClientPlugin):
+class FedBABUClient(FedAvgFTClient):
     """FedBABU (Oh et al., 2022): only the body is trained and averaged; the head keeps its random
     initialization during federated training; at the end each client fine-tunes the whole model
     (`finetune-epochs`) on its data before evaluation.
@@ -87,8 +84,6 @@ class FedBABUClient(ClientPlugin):
                 supervised_step(model), model.generator.parameters(), run.cfg.local_epochs
             )
         return self.send(model, run, metrics)
-
-    personalize = FedAvgFTClient.personalize
 
 
 @dataclass(frozen=True)
@@ -117,8 +112,7 @@ class FedRepClient(ClientPlugin):
     for both parts (the authors' momentum is 0.5 too, weight decay 1e-4 on weights only).
     """
 
-    def kept_keys(self, model: Model) -> list[str]:
-        return model.part_keys("head")
+    sends = ("generator",)
 
     def train(self, model: Model, run: ClientRun) -> Reply:
         step = supervised_step(model)
@@ -137,8 +131,6 @@ FEDPER = Method(
     "fedper",
     FedPerClient,
     "FedPer (Arivazhagan et al., 2019): global body, local head (never sent)",
-    sends=("generator",),
-    keeps_state=True,
 )
 LGFEDAVG = Method(
     "lgfedavg",
@@ -146,8 +138,6 @@ LGFEDAVG = Method(
     "LG-FedAvg (Liang et al., 2020): after `lgfedavg-warmup-fraction` (0.5) of the rounds as "
     "FedAvg, global convolution layers, local fully connected layers (never sent)",
     settings=LGFedAvgSettings,
-    sends=("convolutions",),
-    keeps_state=True,
 )
 FEDBABU = Method(
     "fedbabu",
@@ -163,6 +153,4 @@ FEDREP = Method(
     "the body fixed, then `local-epochs` body epochs with the head fixed; only the body is sent; "
     "at the end each head refit `fedrep-refit-epochs` (10) on the final body",
     settings=FedRepSettings,
-    sends=("generator",),
-    keeps_state=True,
 )
