@@ -18,7 +18,7 @@ import json
 import math
 from pathlib import Path
 
-from pfedgm_app.results import dataset_label
+from pfedgm_app.plots import dataset_label
 
 # The paper's CIFAR-10 results (Table "standard", 200 rounds): {method: {alpha: (mean, std)}}
 # and runtimes relative to FedAvg (Table "Time", CIFAR-10 Dir(0.5), minutes / FedAvg's 64.91).

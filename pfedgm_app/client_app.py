@@ -26,7 +26,7 @@ from flwr.common import log
 from . import wire
 from .config import ConfigError, RunConfig
 from .data import ClientData, DeviceData, Protocol, load_client_data, load_device_data
-from .methods import ClientPlugin, ClientRun, ClientState, parse_run_config
+from .methods import ClientPlugin, ClientState, ClientTask, parse_run_config
 from .models import Model
 from .replies import personalize_reply, received, train_reply
 from .training import keep_freed_memory, pick_device, set_threads
@@ -86,7 +86,7 @@ def load_node_data(cfg: RunConfig, node: Mapping[str, Any]) -> tuple[int, int, C
         raise DataUnavailable(reason) from exc
 
 
-Client = tuple[int, int, ClientPlugin, ClientRun, float]
+Client = tuple[int, int, ClientPlugin, ClientTask, float]
 
 
 def _client(msg: Message, context: Context, purpose: str) -> Client:
@@ -107,23 +107,23 @@ def _client(msg: Message, context: Context, purpose: str) -> Client:
     torch.manual_seed(seed)
     path = Path(cfg.client_state_dir) / f"client-{pid}.pt" if cfg.client_state_dir else None
     state = ClientState(context.state, path, server_round)
-    run = ClientRun(cfg, data, state, rng, device, server_round=server_round)
-    return pid, num, method.plugin(settings), run, seconds
+    task = ClientTask(cfg, data, state, rng, device, server_round=server_round)
+    return pid, num, method.plugin(settings), task, seconds
 
 
-def _model(msg: Message, plugin: ClientPlugin, run: ClientRun) -> Model:
+def _model(msg: Message, plugin: ClientPlugin, task: ClientTask) -> Model:
     """The received global model, with what this client kept, and the server's extras."""
-    model = plugin.build_model(tuple(run.data.x_train.shape[1:]), run.data.num_classes)
+    model = plugin.build_model(tuple(task.data.x_train.shape[1:]), task.data.num_classes)
     model.load_state_dict(received(msg)[0].to_torch_state_dict())
-    plugin.restore(model, run)
+    plugin.restore(model, task)
     if wire.EXTRAS in msg.content:
         extras = msg.content[wire.EXTRAS].to_torch_state_dict()
-        run.received = {k: v.to(run.device) for k, v in extras.items()}
-    return model.to(run.device)
+        task.received = {k: v.to(task.device) for k, v in extras.items()}
+    return model.to(task.device)
 
 
-def _sizes(run: ClientRun) -> dict[str, int]:
-    return {wire.NUM_EXAMPLES: len(run.data.y_train), wire.NUM_TEST: len(run.data.y_test)}
+def _sizes(task: ClientTask) -> dict[str, int]:
+    return {wire.NUM_EXAMPLES: len(task.data.y_train), wire.NUM_TEST: len(task.data.y_test)}
 
 
 @app.query()
@@ -132,7 +132,7 @@ def query(msg: Message, context: Context) -> Message:
     node whose data cannot be loaded answers with the reason instead (`wire.UNAVAILABLE`), and
     logs it in one line: the server names the node and the reason before round 1."""
     try:
-        pid, num, _, run, seconds = _client(msg, context, "query")
+        pid, num, _, task, seconds = _client(msg, context, "query")
     except DataUnavailable as exc:
         log(ERROR, "pFedGM app: node %s cannot take part: %s", context.node_id, exc)
         reason = ConfigRecord({wire.REASON: str(exc)})
@@ -140,11 +140,11 @@ def query(msg: Message, context: Context) -> Message:
     metrics = {
         wire.PARTITION_ID: pid,
         wire.NUM_PARTITIONS: num,
-        wire.NUM_CLASSES_PRESENT: int(torch.unique(run.data.y_train).numel()),
-        wire.NUM_CLASSES: run.data.num_classes,
-        wire.IMAGE_SHAPE: list(run.data.x_train.shape[1:]),
+        wire.NUM_CLASSES_PRESENT: int(torch.unique(task.data.y_train).numel()),
+        wire.NUM_CLASSES: task.data.num_classes,
+        wire.IMAGE_SHAPE: list(task.data.x_train.shape[1:]),
         wire.DATA_SECONDS: seconds,
-        **_sizes(run),
+        **_sizes(task),
     }
     return Message(RecordDict({wire.METRICS: MetricRecord(metrics)}), reply_to=msg)
 
@@ -155,13 +155,13 @@ def train(msg: Message, context: Context) -> Message:
     metrics time the round's parts: `seconds-data` (data ready), `seconds-model` (model built
     from the message) and `seconds-compute` (the method's round), which the server sums per
     round (`benchmarks/bench_speed.py` splits a round with them)."""
-    _, _, plugin, run, seconds = _client(msg, context, "train")
+    _, _, plugin, task, seconds = _client(msg, context, "train")
     started = time.perf_counter()
-    model = _model(msg, plugin, run)
+    model = _model(msg, plugin, task)
     model.train()
     ready = time.perf_counter()
-    reply = plugin.train(model, run)
-    metrics = {**reply.metrics, wire.NUM_EXAMPLES: len(run.data.y_train),
+    reply = plugin.train(model, task)
+    metrics = {**reply.metrics, wire.NUM_EXAMPLES: len(task.data.y_train),
                wire.DATA_SECONDS: seconds, "seconds-model": ready - started,
                "seconds-compute": time.perf_counter() - ready}  # fmt: skip
     return train_reply(msg, reply.arrays, metrics, reply.extras)
@@ -170,6 +170,6 @@ def train(msg: Message, context: Context) -> Message:
 @app.train(wire.PERSONALIZE)
 def personalize(msg: Message, context: Context) -> Message:
     """Final round on every client: personalize with the method's rule, evaluate on test."""
-    pid, _, plugin, run, _ = _client(msg, context, "personalize")
-    metrics = plugin.personalize(_model(msg, plugin, run), run)
-    return personalize_reply(msg, {**metrics, **_sizes(run), wire.PARTITION_ID: pid})
+    pid, _, plugin, task, _ = _client(msg, context, "personalize")
+    metrics = plugin.personalize(_model(msg, plugin, task), task)
+    return personalize_reply(msg, {**metrics, **_sizes(task), wire.PARTITION_ID: pid})

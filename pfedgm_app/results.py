@@ -22,6 +22,7 @@ from flwr.common import log
 
 from . import checkpoint, wire
 from .config import ConfigError, RunConfig, Settings
+from .plots import EVAL_MEAN, EVAL_STD, dataset_label, plot_rounds
 from .strategies import PersonalizationResult, summarize
 
 
@@ -187,8 +188,8 @@ class RunWriter:
             summary["accuracy_by_type"] = by_type
         self.add_final_evaluation(cfg.num_server_rounds, evaluation_row(outcome, by_type))
         self.write_json("summary.json", summary)
-        self.plot_accuracy(f"{cfg.method} on {dataset_label(cfg.dataset)}, "
-                           f"Dir({cfg.dirichlet_alpha:g})")  # fmt: skip
+        title = f"{cfg.method} on {dataset_label(cfg.dataset)}, Dir({cfg.dirichlet_alpha:g})"
+        plot_rounds(self.run_dir, title)
         log_summary(summary, outcome)
         return summary
 
@@ -222,47 +223,6 @@ class RunWriter:
         tmp = path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
         os.replace(tmp, path)
-
-    def plot_accuracy(self, title: str) -> Path:
-        """`accuracy.png`: the training loss per round and the personalized test accuracy
-        (mean and std across clients) at every evaluation in `rounds.jsonl` (the final one
-        included), against the round."""
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only, no display
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
-
-        rows = [json.loads(line) for line in open(self.run_dir / "rounds.jsonl")]
-        losses = [(r["round"], r["loss"]) for r in rows if "loss" in r]
-        points = [(r["round"], r[EVAL_MEAN], r[EVAL_STD])
-                  for r in rows if r.get(EVAL_MEAN) is not None]  # fmt: skip
-        fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6), sharex=True)
-        if points:
-            x, mean, std = zip(*points, strict=True)
-            low = [m - s for m, s in zip(mean, std, strict=True)]
-            high = [m + s for m, s in zip(mean, std, strict=True)]
-            top.plot(x, mean, marker="o")
-            top.fill_between(x, low, high, alpha=0.2)
-        top.set(ylabel="personalized test accuracy (%)", title=title)
-        if losses:
-            bottom.plot(*zip(*losses, strict=True), marker=".")
-        bottom.set(xlabel="round", ylabel="training loss (mean over clients)")
-        for ax in (top, bottom):
-            ax.grid(alpha=0.3)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        path = self.run_dir / "accuracy.png"
-        fig.savefig(path, dpi=100, bbox_inches="tight")
-        plt.close(fig)
-        return path
-
-
-def dataset_label(dataset: str) -> str:
-    """A dataset's short name for titles: the last part of its path or hub id."""
-    return dataset.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
-
-
-EVAL_MEAN, EVAL_STD = "personalized-accuracy", "personalized-std"  # evaluation keys per round
 
 
 def evaluation_row(outcome: PersonalizationResult, by_type: dict[str, dict] | None) -> dict:

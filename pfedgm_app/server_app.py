@@ -65,7 +65,7 @@ def experiment(
     protocol = Protocol.of(cfg, int(next(iter(clients.values()))[wire.NUM_PARTITIONS]))
     ranks = partition_ranks(clients)  # the protocol's roles are by partition id
     trained = None
-    if protocol.protocol != "standard":
+    if protocol.kind != "standard":
         trained = [node for node, pid in ranks.items() if protocol.trains(pid)]
 
     def take_in_new_nodes(grid: Grid) -> None:  # min-nodes: SuperNodes that joined since
@@ -187,7 +187,7 @@ class Evaluation:
         if gone:  # the summary lists every client that was not evaluated, and why
             outcome = dataclasses.replace(outcome, failures=outcome.failures + gone)
         protocol, rows = self.protocol, outcome.clients
-        if protocol.protocol == "standard" and protocol.corruption == "none":
+        if protocol.kind == "standard" and protocol.corruption == "none":
             return outcome, None
         headline = [r for r in rows if protocol.headline(int(r[wire.PARTITION_ID]))]
         if len(headline) < len(rows):

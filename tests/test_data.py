@@ -214,7 +214,7 @@ def test_generalization_protocol_trains_45_seen_and_evaluates_55_unseen_clients(
     """The paper's new-client protocol on 100 clients: 0..49 clean, 50..99 corrupted with the 50
     pairs in order; Phase 1 on 0..44; the headline accuracy over the 5 new clean and the 50
     corrupted clients, the 45 others reported as 'original'."""
-    p = Protocol("any", 100, 0.5, protocol="generalization")
+    p = Protocol("any", 100, 0.5, kind="generalization")
     assert [i for i in range(100) if p.trains(i)] == list(range(45))
     assert [i for i in range(100) if p.headline(i)] == list(range(45, 100))
     assert [p.pair(i) for i in range(100)] == [None] * 50 + corruption_pairs()

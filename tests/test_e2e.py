@@ -212,7 +212,7 @@ def test_generalization_protocol_trains_seen_clients_only(flower_env, tmp_path, 
     assert run.ok, run.log[-3000:]
     out, summary = run.output_dir, run.summary
     rounds = [json.loads(r) for r in (out / "rounds.jsonl").read_text().splitlines()]
-    protocol = Protocol(str(cifar10), 4, 0.5, pool_size=4000, protocol="generalization")
+    protocol = Protocol(str(cifar10), 4, 0.5, pool_size=4000, kind="generalization")
     seen_train_size = len(client_indices(protocol)[0][0])
     assert [(r["num-clients"], r["num-examples-total"]) for r in rounds] == [
         (1, seen_train_size)

@@ -19,7 +19,7 @@ from pfedgm_app.gaussian import (
     shared_objective,
     update_prototypes_,
 )
-from pfedgm_app.methods import METHODS, ClientRun, ClientState, get_method
+from pfedgm_app.methods import METHODS, ClientState, ClientTask, get_method
 
 pytestmark = [
     pytest.mark.gpu,
@@ -50,10 +50,10 @@ def _data(n: int = 120) -> ClientData:
     return ClientData(x[:100], y[:100], x[100:], y[100:], K)
 
 
-def _run(device: torch.device, **cfg) -> ClientRun:
+def _task(device: torch.device, **cfg) -> ClientTask:
     config = RunConfig(**{"local_epochs": 1, **cfg})
     rng = torch.Generator().manual_seed(1)  # batches are drawn on the CPU on every device
-    return ClientRun(config, _data().to(device), ClientState(), rng, device)
+    return ClientTask(config, _data().to(device), ClientState(), rng, device)
 
 
 def _plugin(name: str):
@@ -88,7 +88,7 @@ def test_pfedgm_round_on_cuda_equals_cpu():
         torch.manual_seed(0)
         plugin = _plugin("pfedgm")
         model = plugin.build_model(SHAPE, K).to(device)
-        sent.append(plugin.train(model, _run(device)).arrays)
+        sent.append(plugin.train(model, _task(device)).arrays)
     for key, value in sent[0].items():
         torch.testing.assert_close(sent[1][key].cpu(), value, rtol=1e-3, atol=1e-4, msg=key)
 
@@ -101,26 +101,26 @@ def test_pfedgm_personalize_on_cuda_matches_cpu():
         torch.manual_seed(0)
         plugin = _plugin("pfedgm")
         model = plugin.build_model(SHAPE, K).to(device)
-        reports.append(plugin.personalize(model.eval(), _run(device)))
+        reports.append(plugin.personalize(model.eval(), _task(device)))
     for key, value in reports[0].items():
         assert abs(reports[1][key] - value) <= 1 / 20 + 1e-9, key
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_every_method_trains_and_personalizes_on_cuda(name):
-    plugin, run = _plugin(name), _run(CUDA)
+    plugin, task = _plugin(name), _task(CUDA)
     torch.manual_seed(0)
     model = plugin.build_model(SHAPE, K).to(CUDA)
     for _ in range(2):  # a second round reads what the first kept in the client state
         # (the server's extras reach the GPU in the ServerApp test below)
-        reply = plugin.train(model, run)
+        reply = plugin.train(model, task)
         for key, value in {**reply.arrays, **reply.extras}.items():
             assert torch.isfinite(value).all(), key
         fresh = plugin.build_model(SHAPE, K)
         fresh.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
-        plugin.restore(fresh, run)
+        plugin.restore(fresh, task)
         model = fresh.to(CUDA)
-    metrics = plugin.personalize(model, run)
+    metrics = plugin.personalize(model, task)
     assert all(0.0 <= v <= 1.0 for k, v in metrics.items() if k.startswith("acc")), metrics
 
 

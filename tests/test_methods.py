@@ -6,21 +6,21 @@ import torch
 
 from pfedgm_app.config import RunConfig
 from pfedgm_app.data import ClientData
-from pfedgm_app.methods import ClientPlugin, ClientRun, ClientState, get_method
+from pfedgm_app.methods import ClientPlugin, ClientState, ClientTask, get_method
 from pfedgm_app.methods.base import KEPT
 
 SHAPE, K = (3, 32, 32), 4
 FAST = {"local-epochs": 1, "personal-epochs": 1, "finetune-epochs": 1}
 
 
-def _run(n=60, **cfg) -> ClientRun:
+def _task(n=60, **cfg) -> ClientTask:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(n, *SHAPE, generator=g)
     y = torch.arange(n) % K
     x += y[:, None, None, None].float()  # class-dependent shift: learnable
     data = ClientData(x, y, x[:20], y[:20], K)
     config = RunConfig(**{"local_epochs": 1, **cfg})
-    return ClientRun(config, data, ClientState(), g, torch.device("cpu"))
+    return ClientTask(config, data, ClientState(), g, torch.device("cpu"))
 
 
 def plugin(name, **settings) -> ClientPlugin:
@@ -37,33 +37,33 @@ def _model(name):
 def test_fedavg_and_fedavgft_send_every_parameter():
     for name in ("fedavg", "fedavgft"):
         model = _model(name)
-        reply = plugin(name).train(model, _run())
+        reply = plugin(name).train(model, _task())
         assert set(reply.arrays) == set(model.state_dict()) and not reply.extras
 
 
 def test_pfedgm_sends_generator_navigator_and_covariance():
     model = _model("pfedgm")
-    sent = set(plugin("pfedgm").train(model, _run()).arrays)
+    sent = set(plugin("pfedgm").train(model, _task()).arrays)
     assert {"head.mu", "head.b", "head.A"} <= sent
     assert sent == set(model.state_dict())
     assert model.head.mu.shape == (K, 128) and model.head.A.shape == (K, 128)
 
 
 def test_local_sends_nothing_and_keeps_its_model_in_state():
-    method, run = plugin("local"), _run()
+    method, task = plugin("local"), _task()
     model = _model("local")
-    assert method.train(model, run).arrays == {}
+    assert method.train(model, task).arrays == {}
     fresh = _model("local")  # what a new round's message would rebuild
-    method.restore(fresh, run)
+    method.restore(fresh, task)
     for key, value in model.state_dict().items():
         assert torch.equal(fresh.state_dict()[key], value)
 
 
 def test_pfedgm_round_trains_every_part_and_keeps_covariance_positive():
-    method, run = plugin("pfedgm"), _run()
+    method, task = plugin("pfedgm"), _task()
     model = _model("pfedgm")
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    metrics = method.train(model, run).metrics
+    metrics = method.train(model, task).metrics
     after = model.state_dict()
     assert metrics["sample-passes"] == 60
     for key in ("head.mu", "head.b", "head.A", "generator.features.0.weight"):
@@ -76,17 +76,17 @@ def test_lambda_zero_removes_the_personalized_objective():
     results = []
     for lam in (0.0, 1.0):
         model = _model("pfedgm")
-        plugin("pfedgm", **{"lambda": lam}).train(model, _run())
+        plugin("pfedgm", **{"lambda": lam}).train(model, _task())
         results.append(model.state_dict()["generator.features.0.weight"])
     assert not torch.allclose(results[0], results[1])
 
 
 def test_pfedgm_personalize_reports_accuracy_and_ablation_points():
-    method, run = plugin("pfedgm"), _run()
+    method, task = plugin("pfedgm"), _task()
     model = _model("pfedgm")
-    method.train(model, run)
+    method.train(model, task)
     frozen = {k: v.clone() for k, v in model.state_dict().items()}
-    result = method.personalize(model, run)
+    result = method.personalize(model, task)
     assert {"accuracy", "acc-global", "acc-global-cov", "acc-finetune"} <= set(result)
     assert all(0 <= v <= 1 for v in result.values())
     # Phase 2 freezes the generator and the global head
@@ -94,10 +94,10 @@ def test_pfedgm_personalize_reports_accuracy_and_ablation_points():
 
 
 def test_fedavgft_fine_tunes_before_evaluating():
-    method, run = plugin("fedavgft"), _run()
+    method, task = plugin("fedavgft"), _task()
     model = _model("fedavgft")
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    result = method.personalize(model, run)
+    result = method.personalize(model, task)
     assert {"accuracy", "acc-global"} <= set(result)
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
 
@@ -119,22 +119,22 @@ def test_backbones_match_the_fedpac_pfedfda_cnns():
     assert gm.head.mu.numel() + gm.head.b.numel() == sum(p.numel() for p in avg.head.parameters())
 
 
-def _train_round(name, run=None, model=None, **settings):
-    method, run = plugin(name, **settings), run or _run()
+def _train_round(name, task=None, model=None, **settings):
+    method, task = plugin(name, **settings), task or _task()
     model = model or _model(name)
-    method.restore(model, run)
+    method.restore(model, task)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    reply = method.train(model, run)
-    return method, run, model, before, reply
+    reply = method.train(model, task)
+    return method, task, model, before, reply
 
 
 def test_fedper_keeps_its_head_and_sends_the_body():
-    method, run, model, _, reply = _train_round("fedper")
+    method, task, model, _, reply = _train_round("fedper")
     sent, heads = set(reply.arrays), {"head.weight", "head.bias"}
     assert sent == set(model.state_dict()) - heads
     fresh = _model("fedper")  # next round: a new global body arrives, the head is the client's
     fresh.generator.features[0].weight.data.zero_()
-    method.restore(fresh, run)
+    method.restore(fresh, task)
     assert torch.equal(fresh.head.weight, model.head.weight)
     assert not fresh.generator.features[0].weight.any()
 
@@ -142,11 +142,11 @@ def test_fedper_keeps_its_head_and_sends_the_body():
 def test_lgfedavg_shares_the_convolutions_and_keeps_the_fully_connected_layers():
     """After the warm-up: the convolutions are sent, fc layers and head stay (the authors'
     split); a fresh model gets the client's own fc layers back."""
-    method, run, model, _, reply = _train_round("lgfedavg")
+    method, task, model, _, reply = _train_round("lgfedavg")
     convs = {f"generator.features.{i}.{p}" for i in (0, 3, 6) for p in ("weight", "bias")}
     assert set(reply.arrays) == convs
     fresh = _model("lgfedavg")
-    method.restore(fresh, run)
+    method.restore(fresh, task)
     assert torch.equal(fresh.generator.features[10].weight, model.generator.features[10].weight)
     assert torch.equal(fresh.head.weight, model.head.weight)
 
@@ -156,38 +156,38 @@ def test_lgfedavg_warms_up_as_fedavg_for_its_fraction_of_the_rounds():
     splits, starting from the FedAvg-trained local layers it received."""
     sent = {}
     for server_round in (3, 4):
-        run = _run(num_server_rounds=10)
-        run.server_round = server_round
+        task = _task(num_server_rounds=10)
+        task.server_round = server_round
         method = plugin("lgfedavg", **{"lgfedavg-warmup-fraction": 0.3})
         model = _model("lgfedavg")
-        sent[server_round] = set(method.train(model, run).arrays)
-        assert (KEPT in run.state) == (server_round == 4)
+        sent[server_round] = set(method.train(model, task).arrays)
+        assert (KEPT in task.state) == (server_round == 4)
     assert sent[3] == set(model.state_dict()) and sent[4] == set(model.part_keys("convolutions"))
 
 
 def test_fedbabu_never_changes_the_head_during_training_and_fine_tunes_the_whole_model():
-    _, run, model, before, _ = _train_round("fedbabu")
+    _, task, model, before, _ = _train_round("fedbabu")
     assert torch.equal(model.head.weight, before["head.weight"])
     body = model.generator.features[0].weight.clone()
     assert not torch.equal(body, before["generator.features.0.weight"])
-    result = plugin("fedbabu").personalize(model, run)  # the authors': body and head
+    result = plugin("fedbabu").personalize(model, task)  # the authors': body and head
     assert {"accuracy", "acc-global"} <= set(result)
     assert not torch.equal(model.head.weight, before["head.weight"])
     assert not torch.equal(model.generator.features[0].weight, body)
     head_only = plugin("fedbabu", **{"finetune-part": "head"})
     body = model.generator.features[0].weight.clone()
-    head_only.personalize(model, run)
+    head_only.personalize(model, task)
     assert torch.equal(model.generator.features[0].weight, body)
 
 
 def _personal_distance(mu):
     from pfedgm_app.methods.ditto import PERSONAL
 
-    run = _run()
+    task = _task()
     model = _model("ditto")
     received = {k: v.clone() for k, v in model.state_dict().items()}
-    plugin("ditto", **{"ditto-mu": mu}).train(model, run)
-    personal = run.state.load(PERSONAL)
+    plugin("ditto", **{"ditto-mu": mu}).train(model, task)
+    personal = task.state.load(PERSONAL)
     return sum((personal[k] - received[k]).pow(2).sum() for k in received).sqrt().item()
 
 
@@ -200,25 +200,25 @@ def test_ditto_personal_model_differs_and_is_pulled_toward_the_global_as_mu_grow
 def test_ditto_keeps_the_personal_model_local_and_sends_the_global():
     from pfedgm_app.methods.ditto import PERSONAL
 
-    method, run, model, _, reply = _train_round("ditto")
+    method, task, model, _, reply = _train_round("ditto")
     assert set(reply.arrays) == set(model.state_dict())
-    personal = run.state.load(PERSONAL)
+    personal = task.state.load(PERSONAL)
     assert any(not torch.equal(personal[k], v) for k, v in model.state_dict().items())
-    result = method.personalize(model, run)
+    result = method.personalize(model, task)
     assert {"accuracy", "acc-global"} <= set(result)
 
 
 def _spy_epochs(monkeypatch) -> list:
-    """Record (parameter ids, epochs) of every `ClientRun.epochs` call."""
+    """Record (parameter ids, epochs) of every `ClientTask.epochs` call."""
     calls = []
-    original = ClientRun.epochs
+    original = ClientTask.epochs
 
     def spy(self, step, params, epochs, lr=None, after_step=None):
         params = list(params)
         calls.append(({id(p) for p in params}, epochs))
         return original(self, step, params, epochs, lr, after_step)
 
-    monkeypatch.setattr(ClientRun, "epochs", spy)
+    monkeypatch.setattr(ClientTask, "epochs", spy)
     return calls
 
 
@@ -226,22 +226,22 @@ def test_fedrep_trains_head_then_body_keeps_the_head_and_refits_it_at_the_end(mo
     """Per round `fedrep-head-epochs` head epochs (body fixed), then `local-epochs` body epochs
     (head fixed); the head stays local; the personalize round refits the head alone."""
     calls = _spy_epochs(monkeypatch)
-    run = _run(local_epochs=3)
+    task = _task(local_epochs=3)
     method = plugin("fedrep", **{"fedrep-head-epochs": 2, "fedrep-refit-epochs": 4})
     model = _model("fedrep")
-    reply = method.train(model, run)
+    reply = method.train(model, task)
     head = {id(p) for p in model.head.parameters()}
     body = {id(p) for p in model.generator.parameters()}
     assert calls == [(head, 2), (body, 3)]
     assert set(reply.arrays) == set(model.state_dict()) - {"head.weight", "head.bias"}
     body_before = model.generator.features[0].weight.clone()
-    result = method.personalize(model, run)
+    result = method.personalize(model, task)
     assert calls[2:] == [(head, 4)] and {"accuracy", "acc-global"} <= set(result)
     assert torch.equal(model.generator.features[0].weight, body_before)
 
 
 def test_fedpac_sends_the_body_and_its_statistics_and_loads_its_combined_head():
-    method, run, model, before, reply = _train_round("fedpac")
+    method, task, model, before, reply = _train_round("fedpac")
     heads = {"head.weight", "head.bias"}
     assert set(reply.arrays) == set(model.state_dict()) - heads  # body only
     assert set(reply.extras) == heads | {"protos", "class-counts", "variance", "h-ref"}
@@ -249,8 +249,8 @@ def test_fedpac_sends_the_body_and_its_statistics_and_loads_its_combined_head():
     assert not torch.equal(model.head.weight, before["head.weight"])  # the head epoch ran
     # next message: the server's combination for this client replaces the kept head
     combined = {"head.weight": torch.ones(K, 128), "head.bias": torch.zeros(K)}
-    nxt = _run()
-    nxt.state, nxt.received = run.state, combined
+    nxt = _task()
+    nxt.state, nxt.received = task.state, combined
     fresh = _model("fedpac")
     method.restore(fresh, nxt)
     assert torch.equal(fresh.head.weight, model.head.weight)
@@ -263,10 +263,10 @@ def test_fedpac_aligns_features_to_the_global_prototypes_with_weight_lambda():
     protos = {"protos": torch.full((K, 128), 5.0), "protos-count": torch.ones(K)}
     bodies = []
     for lam in (0.0, 1.0):
-        run = _run()
-        run.received = dict(protos)
+        task = _task()
+        task.received = dict(protos)
         model = _model("fedpac")
-        plugin("fedpac", **{"fedpac-lambda": lam}).train(model, run)
+        plugin("fedpac", **{"fedpac-lambda": lam}).train(model, task)
         bodies.append(model.generator.features[0].weight.detach().clone())
     assert not torch.allclose(bodies[0], bodies[1])
 
@@ -276,17 +276,17 @@ def test_pfedme_sends_w_keeps_theta_and_theta_is_pulled_toward_w_as_lambda_grows
 
     distances = []
     for lam in (0.5, 5.0, 50.0):
-        method, run = plugin("pfedme", **{"pfedme-lambda": lam}), _run(learning_rate=0.001)
+        method, task = plugin("pfedme", **{"pfedme-lambda": lam}), _task(learning_rate=0.001)
         model = _model("pfedme")
-        reply = method.train(model, run)
+        reply = method.train(model, task)
         metrics = reply.metrics
         assert set(reply.arrays) == set(model.state_dict())  # w leaves the client
-        theta = run.state.load(PERSONAL)  # theta stays
+        theta = task.state.load(PERSONAL)  # theta stays
         w = model.state_dict()
         distances.append(sum((theta[k] - w[k]).pow(2).sum() for k in w).sqrt().item())
         assert metrics["pfedme-inner-grad-norm"] > 0
     assert distances[0] > distances[1] > distances[2] > 0
-    result = method.personalize(model, run)
+    result = method.personalize(model, task)
     assert {"accuracy", "acc-local-model", "acc-global", "pfedme-inner-grad-norm"} <= set(result)
 
 
@@ -303,7 +303,7 @@ def test_pfedme_local_work_as_r_mini_batches(monkeypatch):
     for batches, inner, passes in ((3, 3, 150), (0, 2, 60)):  # 60 samples, batches of 50
         calls.clear()
         method = plugin("pfedme", **{"pfedme-local-batches": batches})
-        metrics = method.train(_model("pfedme"), _run()).metrics
+        metrics = method.train(_model("pfedme"), _task()).metrics
         assert (len(calls), metrics["sample-passes"]) == (inner, passes)
 
 
@@ -312,18 +312,21 @@ def test_pfedme_outer_step_moves_w_toward_theta_by_eta_lambda():
     from pfedgm_app.methods.pfedme import PERSONAL
 
     eta, lam = 0.01, 5.0
-    method, run = plugin("pfedme", **{"pfedme-lambda": lam}), _run(batch_size=60, learning_rate=eta)
+    method, task = (
+        plugin("pfedme", **{"pfedme-lambda": lam}),
+        _task(batch_size=60, learning_rate=eta),
+    )
     model = _model("pfedme")
     w0 = {k: p.detach().clone() for k, p in model.named_parameters()}
-    method.train(model, run)
-    theta = run.state.load(PERSONAL)
+    method.train(model, task)
+    theta = task.state.load(PERSONAL)
     for k, w1 in model.named_parameters():
         assert not torch.equal(theta[k], w0[k])  # the inner solve moved theta
         torch.testing.assert_close(w1.detach(), w0[k] - eta * lam * (w0[k] - theta[k]))
 
 
 def test_pfedfda_trains_the_body_only_and_sends_interpolated_statistics():
-    method, run, model, before, reply = _train_round("pfedfda")
+    method, task, model, before, reply = _train_round("pfedfda")
     sent = set(reply.arrays)
     assert {"head.mu", "head.cov"} <= sent and "head.weight" not in sent  # W is derived
     assert not torch.equal(
@@ -332,7 +335,7 @@ def test_pfedfda_trains_the_body_only_and_sends_interpolated_statistics():
     cov = model.head.cov
     assert torch.allclose(cov, cov.T) and torch.linalg.eigvalsh(cov).min() > 0
     assert not torch.equal(model.head.mu, before["head.mu"])  # interpolated toward local
-    result = method.personalize(model, run)
+    result = method.personalize(model, task)
     assert 0 <= result["pfedfda-beta-mean"] <= 1 and 0 <= result["pfedfda-beta-cov"] <= 1
     assert {"accuracy", "acc-global"} <= set(result)
 
@@ -346,13 +349,13 @@ def test_every_method_sends_what_it_declares_and_keeps_the_rest():
     from pfedgm_app.methods.base import KEPT
 
     for name, method in METHODS.items():
-        _, run, model, _, reply = _train_round(name)
+        _, task, model, _, reply = _train_round(name)
         expect = {k for part in method.sends for k in model.part_keys(part)}
         assert set(reply.arrays) == expect, name
-        kept = set(run.state.load(KEPT)) if KEPT in run.state else set()
+        kept = set(task.state.load(KEPT)) if KEPT in task.state else set()
         assert kept == set(model.state_dict()) - expect, name  # kept = exactly what is not sent
         # what a resumed run warns about: arrays its new clients will not have
-        assert bool(len(run.state.records)) == method.keeps_state, name
+        assert bool(len(task.state.records)) == method.keeps_state, name
 
 
 def test_tinyimagenet_cnn_has_dropout_before_each_of_the_last_two_fc_layers():
@@ -410,7 +413,7 @@ def test_pfedgm_takes_r_c_on_z_before_dropout_and_h_after(monkeypatch):
     monkeypatch.setattr(gm, "shared_objective", spy_h)
     model = _model("pfedgm")
     model.dropout = torch.nn.Dropout(0.9)  # stands in for TinyImageNet's
-    plugin("pfedgm").train(model, _run())
+    plugin("pfedgm").train(model, _task())
     assert (seen["h"] == 0).float().mean() > 0.5 > (seen["r"] == 0).float().mean()
 
 
@@ -422,13 +425,13 @@ def test_every_method_runs_a_round_and_personalizes_on_64px_images():
     x, y = torch.randn(40, 3, 64, 64, generator=g), torch.arange(40) % K
     data = ClientData(x, y, x[:10], y[:10], K)
     for name in METHODS:
-        run = ClientRun(RunConfig(local_epochs=1), data, ClientState(), g, torch.device("cpu"))
+        task = ClientTask(RunConfig(local_epochs=1), data, ClientState(), g, torch.device("cpu"))
         method = plugin(name, **{"personal-epochs": 1, "lbfgs-cycles": 1})
         torch.manual_seed(0)
         model = method.build_model((3, 64, 64), K)
-        reply = method.train(model, run)
+        reply = method.train(model, task)
         assert all(torch.isfinite(v).all() for v in reply.arrays.values()), name
-        result = method.personalize(method.build_model((3, 64, 64), K), run)
+        result = method.personalize(method.build_model((3, 64, 64), K), task)
         assert 0 <= result["accuracy"] <= 1, name
 
 

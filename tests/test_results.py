@@ -16,7 +16,8 @@ from flwr.app import Array, ArrayRecord, MetricRecord
 from pfedgm_app import checkpoint
 from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.methods.base import NoSettings
-from pfedgm_app.results import EVAL_MEAN, EVAL_STD, RunWriter
+from pfedgm_app.plots import EVAL_MEAN, EVAL_STD
+from pfedgm_app.results import RunWriter
 from pfedgm_app.strategies import summarize
 
 

@@ -28,7 +28,7 @@ class Protocol:
     pool_size: int = 0
     corruption: str = "none"  # CIFAR-10S / 100S assignment: none, 50C, 100C
     frost_dir: str = ""
-    protocol: str = "standard"  # or "generalization": see `trains`, `evaluated`, `pair`
+    kind: str = "standard"  # run-config `protocol`: or "generalization" (`trains`, `pair`)
     classes: tuple[str, ...] = ()
 
     @classmethod
@@ -57,18 +57,18 @@ class Protocol:
     # train.
     def trains(self, partition_id: int) -> bool:
         """Whether the client takes part in Phase 1 (under `generalization`, only seen ones)."""
-        if self.protocol == "generalization":
+        if self.kind == "generalization":
             return partition_id < (self.num_partitions // 2) * 9 // 10
         return True
 
     def headline(self, partition_id: int) -> bool:
         """Whether the client's accuracy enters `mean_accuracy` (under `generalization`, only
         the new clients'; every client is personalized and evaluated)."""
-        return self.protocol != "generalization" or not self.trains(partition_id)
+        return self.kind != "generalization" or not self.trains(partition_id)
 
     def pair(self, partition_id: int) -> tuple[str, int] | None:
         """The client's (corruption, severity), or None for a clean client."""
-        if self.protocol == "generalization":
+        if self.kind == "generalization":
             half = self.num_partitions // 2
             pairs = corruption_pairs()
             return None if partition_id < half else pairs[(partition_id - half) % len(pairs)]

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import ConfigError, RunConfig, Settings
 from ..presets import apply_preset
-from .base import ClientPlugin, ClientRun, ClientState, Method, Reply
+from .base import ClientPlugin, ClientState, ClientTask, Method, Reply
 from .ditto import DITTO
 from .fedavg import FEDAVG, FEDAVGFT, LOCAL
 from .fedpac import FEDPAC
@@ -105,7 +105,7 @@ def markdown_table() -> str:
 __all__ = [
     "METHODS",
     "ClientPlugin",
-    "ClientRun",
+    "ClientTask",
     "ClientState",
     "Method",
     "Reply",

@@ -86,7 +86,7 @@ class ClientState:
 
 
 @dataclass
-class ClientRun:
+class ClientTask:
     """Everything a plug-in needs on a client for one message."""
 
     cfg: RunConfig
@@ -134,31 +134,31 @@ class ClientPlugin:
         clients start without them."""
         return cls.own_state or set(cls.sends) != {"generator", "head"}
 
-    def train(self, model: Model, run: ClientRun) -> Reply:
+    def train(self, model: Model, task: ClientTask) -> Reply:
         """One local round; returns what the client sends (end with `self.send`)."""
-        metrics = run.epochs(supervised_step(model), model.parameters(), run.cfg.local_epochs)
-        return self.send(model, run, metrics)
+        metrics = task.epochs(supervised_step(model), model.parameters(), task.cfg.local_epochs)
+        return self.send(model, task, metrics)
 
-    def personalize(self, model: Model, run: ClientRun) -> dict[str, float]:
+    def personalize(self, model: Model, task: ClientTask) -> dict[str, float]:
         """Final round on every client: returns at least `accuracy` on the client's test split."""
-        return {"accuracy": accuracy(model, run.data.x_test, run.data.y_test)}
+        return {"accuracy": accuracy(model, task.data.x_test, task.data.y_test)}
 
-    def restore(self, model: Model, run: ClientRun) -> None:
+    def restore(self, model: Model, task: ClientTask) -> None:
         """Load the parameters this client kept (absent before its first round)."""
-        if KEPT in run.state:
-            model.load_state_dict(run.state.load(KEPT), strict=False)
+        if KEPT in task.state:
+            model.load_state_dict(task.state.load(KEPT), strict=False)
 
     def send(
         self,
         model: Model,
-        run: ClientRun,
+        task: ClientTask,
         metrics: dict[str, float],
         extras: Mapping[str, torch.Tensor] | None = None,
     ) -> Reply:
         """Keep `kept_keys` in the client state and put every other array in the reply."""
         kept, weights = set(self.kept_keys(model)), model.state_dict()
         if kept:
-            run.state.save(KEPT, {k: weights[k] for k in kept})
+            task.state.save(KEPT, {k: weights[k] for k in kept})
         shared = {k: v for k, v in weights.items() if k not in kept}
         return Reply(shared, metrics, dict(extras or {}))
 

@@ -16,7 +16,7 @@ import torch
 from ..config import Settings, at_least
 from ..models import Model
 from ..training import accuracy, supervised_step
-from .base import ClientPlugin, ClientRun, Method, Reply
+from .base import ClientPlugin, ClientTask, Method, Reply
 
 PERSONAL = "ditto-personal"  # ClientState name of the personal model (never sent)
 
@@ -36,33 +36,33 @@ class DittoClient(ClientPlugin):
 
     own_state = True  # its personal model v, never sent
 
-    def train(self, model: Model, run: ClientRun) -> Reply:
+    def train(self, model: Model, task: ClientTask) -> Reply:
         received = [p.detach().clone() for p in model.parameters()]
-        personal = self._personal(model, run)
+        personal = self._personal(model, task)
         mu = self.settings.mu
-        task = supervised_step(personal)
+        loss_of = supervised_step(personal)
 
         def proximal_step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             prox = sum(
                 (v - w).pow(2).sum() for v, w in zip(personal.parameters(), received, strict=True)
             )
-            return task(xb, yb) + 0.5 * mu * prox
+            return loss_of(xb, yb) + 0.5 * mu * prox
 
-        run.epochs(proximal_step, personal.parameters(), run.cfg.local_epochs)
-        run.state.save(PERSONAL, personal.state_dict())
-        return super().train(model, run)
+        task.epochs(proximal_step, personal.parameters(), task.cfg.local_epochs)
+        task.state.save(PERSONAL, personal.state_dict())
+        return super().train(model, task)
 
-    def personalize(self, model: Model, run: ClientRun) -> dict:
-        global_acc = super().personalize(model, run)["accuracy"]
-        personal = self._personal(model, run)
-        return {"accuracy": accuracy(personal, run.data.x_test, run.data.y_test),
+    def personalize(self, model: Model, task: ClientTask) -> dict:
+        global_acc = super().personalize(model, task)["accuracy"]
+        personal = self._personal(model, task)
+        return {"accuracy": accuracy(personal, task.data.x_test, task.data.y_test),
                 "acc-global": global_acc}  # fmt: skip
 
     @staticmethod
-    def _personal(model: Model, run: ClientRun) -> Model:
+    def _personal(model: Model, task: ClientTask) -> Model:
         personal = copy.deepcopy(model)
-        if PERSONAL in run.state:
-            personal.load_state_dict(run.state.load(PERSONAL))
+        if PERSONAL in task.state:
+            personal.load_state_dict(task.state.load(PERSONAL))
         return personal
 
 

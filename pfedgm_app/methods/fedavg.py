@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..config import ConfigError, RunConfig, Settings, at_least
 from ..models import Model
 from ..training import frozen, supervised_step
-from .base import ClientPlugin, ClientRun, Method
+from .base import ClientPlugin, ClientTask, Method
 
 
 @dataclass(frozen=True)
@@ -39,21 +39,21 @@ class FedAvgClient(ClientPlugin):
 class FedAvgFTClient(ClientPlugin):
     """FedAvg, then `finetune-epochs` (default 5) local epochs of the whole model per client."""
 
-    def personalize(self, model: Model, run: ClientRun) -> dict:
+    def personalize(self, model: Model, task: ClientTask) -> dict:
         """Fine-tune (`FineTune`), then evaluate; `acc-global` is the model before it."""
-        global_acc = ClientPlugin.personalize(self, model, run)["accuracy"]
-        fine_tune(model, run, self.settings.finetune_epochs, self.settings.finetune_part)
-        return {**ClientPlugin.personalize(self, model, run), "acc-global": global_acc}
+        global_acc = ClientPlugin.personalize(self, model, task)["accuracy"]
+        fine_tune(model, task, self.settings.finetune_epochs, self.settings.finetune_part)
+        return {**ClientPlugin.personalize(self, model, task), "acc-global": global_acc}
 
 
-def fine_tune(model: Model, run: ClientRun, epochs: int, part: str = "model") -> None:
+def fine_tune(model: Model, task: ClientTask, epochs: int, part: str = "model") -> None:
     """`epochs` of cross-entropy on the whole model (`model`) or on the head alone (`head`,
     the generator frozen): FedAvgFT's and FedBABU's fine-tuning, FedRep's head epochs."""
     if part == "head":
         with frozen(model.generator):
-            run.epochs(supervised_step(model), model.head.parameters(), epochs)
+            task.epochs(supervised_step(model), model.head.parameters(), epochs)
     else:
-        run.epochs(supervised_step(model), model.parameters(), epochs)
+        task.epochs(supervised_step(model), model.parameters(), epochs)
 
 
 class LocalClient(ClientPlugin):

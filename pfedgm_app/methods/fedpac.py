@@ -27,7 +27,7 @@ from ..gaussian import class_means
 from ..models import Model
 from ..strategies import FedPAC
 from ..training import apply_batched, frozen, supervised_step
-from .base import ClientPlugin, ClientRun, Method, Reply
+from .base import ClientPlugin, ClientTask, Method, Reply
 
 
 def feature_statistics(
@@ -59,30 +59,30 @@ class FedPACSettings(Settings):
 class FedPACClient(ClientPlugin):
     sends = ("generator",)  # the head goes in the extras, to be combined, never averaged
 
-    def train(self, model: Model, run: ClientRun) -> Reply:
-        own, gen, head = self.settings, model.generator, model.head
-        x, y, num_classes = run.data.x_train, run.data.y_train, run.data.num_classes
-        self._receive_head(model, run)
+    def train(self, model: Model, task: ClientTask) -> Reply:
+        settings, gen, head = self.settings, model.generator, model.head
+        x, y, num_classes = task.data.x_train, task.data.y_train, task.data.num_classes
+        self._receive_head(model, task)
         z = apply_batched(gen, x)
         variance, h_ref, local = feature_statistics(z, y, num_classes)
         targets = None
-        if wire.PROTOS in run.received:  # from round 2 on
-            known = run.received[wire.PROTOS_COUNT] > 0
-            targets = torch.where(known[:, None], run.received[wire.PROTOS], local)
+        if wire.PROTOS in task.received:  # from round 2 on
+            known = task.received[wire.PROTOS_COUNT] > 0
+            targets = torch.where(known[:, None], task.received[wire.PROTOS], local)
 
-        task = supervised_step(model)
+        step = supervised_step(model)
         with frozen(gen):
-            run.epochs(task, head.parameters(), own.head_epochs, own.head_learning_rate)
+            task.epochs(step, head.parameters(), settings.head_epochs, settings.head_learning_rate)
 
         def aligned_step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             zb = gen(xb)
             loss = F.cross_entropy(head(model.dropout(zb)), yb)
             if targets is not None:
-                loss = loss + own.lambda_ * F.mse_loss(zb, targets[yb])
+                loss = loss + settings.lambda_ * F.mse_loss(zb, targets[yb])
             return loss
 
         with frozen(head):
-            metrics = run.epochs(aligned_step, gen.parameters(), run.cfg.local_epochs)
+            metrics = task.epochs(aligned_step, gen.parameters(), task.cfg.local_epochs)
         protos, counts = class_means(apply_batched(gen, x), y, num_classes, local)
         weights = model.state_dict()
         extras = {
@@ -92,17 +92,17 @@ class FedPACClient(ClientPlugin):
             wire.VARIANCE: variance.reshape(1),
             wire.H_REF: h_ref,
         }
-        return self.send(model, run, metrics, extras)
+        return self.send(model, task, metrics, extras)
 
-    def personalize(self, model: Model, run: ClientRun) -> dict:
+    def personalize(self, model: Model, task: ClientTask) -> dict:
         """The client's combined head (from its last round) on the final global body."""
-        self._receive_head(model, run)
-        return super().personalize(model, run)
+        self._receive_head(model, task)
+        return super().personalize(model, task)
 
     @staticmethod
-    def _receive_head(model: Model, run: ClientRun) -> None:
+    def _receive_head(model: Model, task: ClientTask) -> None:
         """Load the head the server combined for this client (absent before its first round)."""
-        combined = {k: v for k, v in run.received.items() if k.startswith("head.")}
+        combined = {k: v for k, v in task.received.items() if k.startswith("head.")}
         if combined:
             model.load_state_dict(combined, strict=False)
 

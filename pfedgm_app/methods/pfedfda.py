@@ -26,7 +26,7 @@ from ..config import Settings, at_least
 from ..models import Model, build_model
 from ..strategies import PFedFDA
 from ..training import accuracy, apply_batched
-from .base import ClientPlugin, ClientRun, Method, Reply
+from .base import ClientPlugin, ClientTask, Method, Reply
 
 SHRINKAGE = 1e-4  # LDA's Sigma' = (1 - eps) Sigma + eps tr(Sigma)/d I, and the prior floor
 COVARIANCE_RIDGE = 1.0  # identity added to the estimated covariance, as the authors' code does
@@ -165,8 +165,8 @@ class PFedFDAClient(ClientPlugin):
     def build_model(self, image_shape: tuple[int, int, int], num_classes: int) -> Model:
         return build_model(image_shape, lambda dim: LDAHead(num_classes, dim))
 
-    def train(self, model: Model, run: ClientRun) -> Reply:
-        gen, head, data = model.generator, model.head, run.data
+    def train(self, model: Model, task: ClientTask) -> Reply:
+        gen, head, data = model.generator, model.head, task.data
         priors = local_priors(data.y_train, data.num_classes)
         head.fit_(head.mu, head.cov, priors)
         seen_z, seen_y = [], []
@@ -177,29 +177,29 @@ class PFedFDAClient(ClientPlugin):
             seen_y.append(yb)
             return F.cross_entropy(head(model.dropout(z)), yb)
 
-        metrics = run.epochs(step, gen.parameters(), run.cfg.local_epochs)
+        metrics = task.epochs(step, gen.parameters(), task.cfg.local_epochs)
         # The statistics come from the features seen while training (all epochs), as in
         # pFedFDA's code: no extra forward pass.
-        betas = self._adapt_(head, torch.cat(seen_z), torch.cat(seen_y), priors, run)
-        return self.send(model, run, {**metrics, **betas})
+        betas = self._adapt_(head, torch.cat(seen_z), torch.cat(seen_y), priors, task)
+        return self.send(model, task, {**metrics, **betas})
 
-    def personalize(self, model: Model, run: ClientRun) -> dict:
+    def personalize(self, model: Model, task: ClientTask) -> dict:
         """Statistics from the final body's features of the train split, adapted as in training."""
-        head, data = model.head, run.data
+        head, data = model.head, task.data
         z_train = apply_batched(model.generator, data.x_train)
         z_test = apply_batched(model.generator, data.x_test)
         uniform = torch.full((data.num_classes,), 1.0 / data.num_classes).to(z_train)
         head.fit_(head.mu, head.cov, uniform)
         result = {"acc-global": accuracy(head, z_test, data.y_test)}
         priors = local_priors(data.y_train, data.num_classes).to(z_train)
-        result.update(self._adapt_(head, z_train, data.y_train, priors, run))
+        result.update(self._adapt_(head, z_train, data.y_train, priors, task))
         return {**result, "accuracy": accuracy(head, z_test, data.y_test)}
 
-    def _adapt_(self, head: LDAHead, z: torch.Tensor, y: torch.Tensor, priors, run: ClientRun):
+    def _adapt_(self, head: LDAHead, z: torch.Tensor, y: torch.Tensor, priors, task: ClientTask):
         """Set head.mu / head.cov to the interpolated statistics and fit the classifier."""
         folds = self.settings.cv_folds
         local_mu, local_cov = gaussian_statistics(z, y, head.mu, folds)
-        b_mu, b_cov = choose_betas(z, y, head.mu, head.cov, priors, folds, run.rng)
+        b_mu, b_cov = choose_betas(z, y, head.mu, head.cov, priors, folds, task.rng)
         mu, cov = _mix((b_mu, b_cov), local_mu, local_cov, head.mu, head.cov)
         head.mu.copy_(mu)
         head.cov.copy_(cov)

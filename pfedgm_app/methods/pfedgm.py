@@ -9,7 +9,7 @@ from ..gaussian import NAVIGATOR_INITS, GaussianHead
 from ..models import Model, build_model
 from ..phases import personalize, train_round
 from ..strategies import PFedGM
-from .base import ClientPlugin, ClientRun, Method, Reply
+from .base import ClientPlugin, ClientTask, Method, Reply
 
 
 @dataclass(frozen=True)
@@ -42,30 +42,30 @@ class PFedGMClient(ClientPlugin):
         init = self.settings.navigator_init
         return build_model(image_shape, lambda dim: GaussianHead(num_classes, dim, init))
 
-    def _shared(self, run: ClientRun) -> dict:
+    def _shared(self, task: ClientTask) -> dict:
         """The keyword arguments both phases take from the run: lambda, SGD, batches, RNG."""
-        cfg = run.cfg
-        return {"lam": self.settings.lambda_, "momentum": cfg.momentum, "rng": run.rng,
+        cfg = task.cfg
+        return {"lam": self.settings.lambda_, "momentum": cfg.momentum, "rng": task.rng,
                 "weight_decay": cfg.weight_decay, "batch_size": cfg.batch_size}  # fmt: skip
 
-    def train(self, model: Model, run: ClientRun) -> Reply:
+    def train(self, model: Model, task: ClientTask) -> Reply:
         """Phase 1 on client i in round r: `phases.train_round` (Algorithm 1's client step)."""
-        data, cfg = run.data, run.cfg
+        data, cfg = task.data, task.cfg
         metrics = train_round(
-            model.generator, model.head, (data.x_train, data.y_train), **self._shared(run),
+            model.generator, model.head, (data.x_train, data.y_train), **self._shared(task),
             epochs=cfg.local_epochs, lr=cfg.learning_rate, dropout=model.dropout,
         )  # fmt: skip
-        return self.send(model, run, metrics)
+        return self.send(model, task, metrics)
 
-    def personalize(self, model: Model, run: ClientRun) -> dict:
+    def personalize(self, model: Model, task: ClientTask) -> dict:
         """Phase 2: `phases.personalize` (personalized head by SGD on Eq. LossC, then L-BFGS
         on its biases), with the paper's adaptation ablation points."""
-        own, data = self.settings, run.data
+        settings, data = self.settings, task.data
         result = personalize(
             model.generator, model.head, (data.x_train, data.y_train),
-            (data.x_test, data.y_test), **self._shared(run), epochs=own.personal_epochs,
-            lr=own.personal_learning_rate, lbfgs_lr=own.lbfgs_learning_rate,
-            lbfgs_max_iter=own.lbfgs_max_iter, lbfgs_cycles=own.lbfgs_cycles,
+            (data.x_test, data.y_test), **self._shared(task), epochs=settings.personal_epochs,
+            lr=settings.personal_learning_rate, lbfgs_lr=settings.lbfgs_learning_rate,
+            lbfgs_max_iter=settings.lbfgs_max_iter, lbfgs_cycles=settings.lbfgs_cycles,
         )  # fmt: skip
         result.pop("num-test")  # the ClientApp reports the sizes
         return result

@@ -35,7 +35,7 @@ from torch import nn
 from ..config import Settings, above, at_least
 from ..models import Model
 from ..training import accuracy, run_epochs, supervised_step
-from .base import ClientPlugin, ClientRun, Method, Reply
+from .base import ClientPlugin, ClientTask, Method, Reply
 
 PERSONAL = "pfedme-personal"  # ClientState name of theta (never sent)
 
@@ -108,55 +108,55 @@ class PFedMeClient(ClientPlugin):
 
     own_state = True  # its personal model theta, never sent
 
-    def train(self, model: Model, run: ClientRun) -> Reply:
-        personal, metrics = self._client_update(model, run)
-        run.state.save(PERSONAL, personal.state_dict())
-        return self.send(model, run, metrics)
+    def train(self, model: Model, task: ClientTask) -> Reply:
+        personal, metrics = self._client_update(model, task)
+        task.state.save(PERSONAL, personal.state_dict())
+        return self.send(model, task, metrics)
 
-    def personalize(self, model: Model, run: ClientRun) -> dict:
-        global_acc = super().personalize(model, run)["accuracy"]
-        personal, metrics = self._client_update(model, run)
+    def personalize(self, model: Model, task: ClientTask) -> dict:
+        global_acc = super().personalize(model, task)["accuracy"]
+        personal, metrics = self._client_update(model, task)
         return {
-            "accuracy": accuracy(personal, run.data.x_test, run.data.y_test),
-            "acc-local-model": accuracy(model, run.data.x_test, run.data.y_test),  # w_i
+            "accuracy": accuracy(personal, task.data.x_test, task.data.y_test),
+            "acc-local-model": accuracy(model, task.data.x_test, task.data.y_test),  # w_i
             "acc-global": global_acc,
             "pfedme-inner-grad-norm": metrics["pfedme-inner-grad-norm"],
         }
 
-    def _client_update(self, model: Model, run: ClientRun) -> tuple[Model, dict]:
+    def _client_update(self, model: Model, task: ClientTask) -> tuple[Model, dict]:
         """One round of pFedMe on `model` (w, updated in place); returns theta and metrics."""
-        cfg, own = run.cfg, self.settings
+        cfg, settings = task.cfg, self.settings
         personal = copy.deepcopy(model)  # theta^0 = w, as pFedMe sets both from the global model
         anchor = [p.detach() for p in model.parameters()]  # w, updated in place below
-        task = supervised_step(personal)
+        loss_of = supervised_step(personal)
         norms: list[float] = []
 
         def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             loss, norm = moreau_step_(
                 personal,
                 anchor,
-                lambda: task(xb, yb),
-                own.lambda_,
-                own.personal_learning_rate,
-                own.inner_steps,
-                own.tolerance,
+                lambda: loss_of(xb, yb),
+                settings.lambda_,
+                settings.personal_learning_rate,
+                settings.inner_steps,
+                settings.tolerance,
                 cfg.weight_decay,
             )
             norms.append(norm)
             with torch.no_grad():  # outer step: w <- w - eta * lambda * (w - theta)
                 for w, theta in zip(anchor, personal.parameters(), strict=True):
-                    w.sub_(cfg.learning_rate * own.lambda_ * (w - theta))
+                    w.sub_(cfg.learning_rate * settings.lambda_ * (w - theta))
             return loss
 
         # Both updates happen inside `step`: the loop only batches (optimizer=None).
-        x, y = run.data.x_train, run.data.y_train
+        x, y = task.data.x_train, task.data.y_train
         epochs = cfg.local_epochs
-        if own.local_batches:  # R mini-batches: one pass over R batches of a seeded draw
-            need = own.local_batches * cfg.batch_size
-            draws = torch.cat([torch.randperm(len(x), generator=run.rng)
+        if settings.local_batches:  # R mini-batches: one pass over R batches of a seeded draw
+            need = settings.local_batches * cfg.batch_size
+            draws = torch.cat([torch.randperm(len(x), generator=task.rng)
                                for _ in range(-(-need // len(x)))])[:need]  # fmt: skip
             x, y, epochs = x[draws.to(x.device)], y[draws.to(y.device)], 1
-        metrics = run_epochs(step, x, y, None, epochs, cfg.batch_size, run.rng)
+        metrics = run_epochs(step, x, y, None, epochs, cfg.batch_size, task.rng)
         metrics["pfedme-inner-grad-norm"] = sum(norms) / max(len(norms), 1)
         return personal, metrics
 

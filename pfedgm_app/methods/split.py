@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..config import ConfigError, RunConfig, Settings, at_least
 from ..models import Model
 from ..training import frozen, supervised_step
-from .base import ClientPlugin, ClientRun, Method, Reply
+from .base import ClientPlugin, ClientTask, Method, Reply
 from .fedavg import FedAvgFTClient, FineTune, fine_tune
 
 
@@ -34,10 +34,10 @@ class LGFedAvgSettings(Settings):
                 f"lgfedavg-warmup-fraction must lie in [0, 1), got {self.warmup_fraction}"
             )
 
-    def warm(self, run: ClientRun) -> bool:
+    def warm(self, task: ClientTask) -> bool:
         """Whether this round is one of the FedAvg rounds before the split."""
-        warmup = int(self.warmup_fraction * run.cfg.num_server_rounds)
-        return 0 < run.server_round <= warmup
+        warmup = int(self.warmup_fraction * task.cfg.num_server_rounds)
+        return 0 < task.server_round <= warmup
 
 
 class LGFedAvgClient(ClientPlugin):
@@ -58,11 +58,11 @@ class LGFedAvgClient(ClientPlugin):
 
     sends = ("convolutions",)
 
-    def train(self, model: Model, run: ClientRun) -> Reply:
-        if self.settings.warm(run):  # FedAvg: nothing kept, everything sent
-            metrics = run.epochs(supervised_step(model), model.parameters(), run.cfg.local_epochs)
+    def train(self, model: Model, task: ClientTask) -> Reply:
+        if self.settings.warm(task):  # FedAvg: nothing kept, everything sent
+            metrics = task.epochs(supervised_step(model), model.parameters(), task.cfg.local_epochs)
             return Reply(dict(model.state_dict()), metrics, {})
-        return super().train(model, run)
+        return super().train(model, task)
 
 
 class FedBABUClient(FedAvgFTClient):
@@ -78,12 +78,12 @@ class FedBABUClient(FedAvgFTClient):
     decay.
     """
 
-    def train(self, model: Model, run: ClientRun) -> Reply:
+    def train(self, model: Model, task: ClientTask) -> Reply:
         with frozen(model.head):
-            metrics = run.epochs(
-                supervised_step(model), model.generator.parameters(), run.cfg.local_epochs
+            metrics = task.epochs(
+                supervised_step(model), model.generator.parameters(), task.cfg.local_epochs
             )
-        return self.send(model, run, metrics)
+        return self.send(model, task, metrics)
 
 
 @dataclass(frozen=True)
@@ -114,17 +114,17 @@ class FedRepClient(ClientPlugin):
 
     sends = ("generator",)
 
-    def train(self, model: Model, run: ClientRun) -> Reply:
+    def train(self, model: Model, task: ClientTask) -> Reply:
         step = supervised_step(model)
-        fine_tune(model, run, self.settings.head_epochs, "head")
+        fine_tune(model, task, self.settings.head_epochs, "head")
         with frozen(model.head):
-            metrics = run.epochs(step, model.generator.parameters(), run.cfg.local_epochs)
-        return self.send(model, run, metrics)
+            metrics = task.epochs(step, model.generator.parameters(), task.cfg.local_epochs)
+        return self.send(model, task, metrics)
 
-    def personalize(self, model: Model, run: ClientRun) -> dict:
-        global_acc = super().personalize(model, run)["accuracy"]  # its last head, the final body
-        fine_tune(model, run, self.settings.refit_epochs, "head")
-        return {**super().personalize(model, run), "acc-global": global_acc}
+    def personalize(self, model: Model, task: ClientTask) -> dict:
+        global_acc = super().personalize(model, task)["accuracy"]  # its last head, the final body
+        fine_tune(model, task, self.settings.refit_epochs, "head")
+        return {**super().personalize(model, task), "acc-global": global_acc}
 
 
 FEDPER = Method(
