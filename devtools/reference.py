@@ -133,9 +133,9 @@ flwr run . --run-config "preset='cifar100-dir01' method='fedpac'" \\
 
 or as a file, `flwr run . --run-config conf/<preset>.toml` (written by `python -m
 pfedgm_app.presets --write`). Each has an `-offline` twin that reads
-`<ancestor>/shared/data/<folder>` (`dataset='shared:cifar100'`); EMNIST's reads MNIST as its
-28x28 grayscale stand-in (10 classes, not 62). `num-supernodes` is the federation size the
-preset needs.
+`<ancestor>/shared/data/<folder>` (`dataset='shared:cifar100'`); EMNIST's reads real EMNIST
+ByClass (62 classes), only its official test split (116 images per client at 1000 clients; the
+paper's are about 814). `num-supernodes` is the federation size the preset needs.
 
 {presets.markdown_table()}
 """

@@ -35,6 +35,7 @@ def _data_fixture(name: str, doc: str):
 
 cifar10 = _data_fixture("cifar10", "Local copy of uoft-cs/cifar10 (parquet, hub schema).")
 mnist = _data_fixture("mnist", "Local copy of ylecun/mnist (grayscale 28x28).")
+emnist = _data_fixture("emnist", "Real EMNIST ByClass (62 classes; its official test split).")
 cifar100 = _data_fixture("cifar100", "Local copy of uoft-cs/cifar100 (`fine_label`, 100 classes).")
 tinyimagenet = _data_fixture(
     "tinyimagenet", "Local copy of zh-plus/tiny-imagenet (64x64, 200 classes, some grayscale)."

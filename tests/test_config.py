@@ -146,7 +146,7 @@ def test_conf_holds_exactly_the_registered_presets_and_each_parses():
             assert cfg.to_run_config()[key] == value, (name, key)
 
 
-def test_offline_presets_find_their_data_here(cifar10, cifar100, mnist, tinyimagenet):
+def test_offline_presets_find_their_data_here(cifar10, cifar100, emnist, tinyimagenet):
     for name in PRESETS:
         if name.endswith("-offline"):
             cfg, _, _ = parse_run_config({"preset": name})

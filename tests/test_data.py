@@ -117,8 +117,8 @@ def test_pool_size_keeps_a_seeded_subset(cifar10):
 
 @pytest.mark.parametrize(
     ("name", "shape", "classes"),
-    [("mnist", (1, 28, 28), 10), ("cifar10", (3, 32, 32), 10), ("cifar100", (3, 32, 32), 100),
-     ("tinyimagenet", (3, 64, 64), 200)],
+    [("mnist", (1, 28, 28), 10), ("emnist", (1, 28, 28), 62), ("cifar10", (3, 32, 32), 10),
+     ("cifar100", (3, 32, 32), 100), ("tinyimagenet", (3, 64, 64), 200)],
 )  # fmt: skip
 def test_every_dataset_goes_through_one_pipeline(request, name, shape, classes):
     """Grayscale and color, 28, 32 and 64 px, from ../shared/data: the pool's shape and classes,
@@ -224,3 +224,17 @@ def test_generalization_protocol_trains_45_seen_and_evaluates_55_unseen_clients(
     standard = Protocol("any", 100, 0.5, corruption="100C")
     assert all(standard.trains(i) and standard.headline(i) for i in range(100))
     assert standard.pair(7) == corruption_pair("100C", 7)
+
+
+@pytest.mark.parametrize("preset", ["emnist-dir01-offline", "emnist-dir05-offline"])
+def test_the_offline_emnist_presets_give_each_of_1000_clients_its_data(preset, emnist):
+    """The paper's 1000 EMNIST clients from the real ByClass images here: the partition holds,
+    every client has at least min-train-samples to train on, labels among the 62 classes."""
+    from pfedgm_app.methods import parse_run_config
+
+    cfg, _, _ = parse_run_config({"preset": preset, "dataset": str(emnist)})
+    protocol = Protocol.of(cfg, 1000)
+    train_sizes = [len(train) for train, _ in client_indices(protocol)]
+    assert len(train_sizes) == 1000 and min(train_sizes) >= cfg.min_train_samples
+    data = load_client_data(protocol, 999)
+    assert data.num_classes == 62 and data.x_train.shape[1:] == (1, 28, 28)
