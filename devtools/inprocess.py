@@ -1,65 +1,148 @@
-"""The app's ServerApp and ClientApps in one Python process, without Ray or a SuperLink.
+"""The app's ServerApp and ClientApp in one Python process, without Ray or a SuperLink.
 
-`InProcessGrid` answers the ServerApp's messages by calling the ClientApp's handlers
-(`client_app.query`, `.train`, `.personalize`) directly, each with its own `Context` (node
-config, persistent state) as Flower would give it. It exists for the machines where Flower's
-simulation engine is not installed (a lent GPU machine has torch but no Ray) and for benchmarks
-that separate client compute from the engine's overhead. Results equal a simulation's only in
-what the app computes. With `workers=1` the SuperNodes answer one after the other in this
-process; with `workers=N` a pool of N spawned processes answers a round's messages N at a time
-(each message travels with its node's `Context`, as Flower's simulation engine moves a node's
-state to whichever actor runs it), the way several ClientApps share one GPU. Tests of the app
-itself go through `devtools.launch`.
+`InProcessGrid` is a `flwr.serverapp.Grid` whose SuperNodes are `Context`s in this process
+(node config, persistent state, as Flower gives them). It answers each message the way
+Flower's simulation engine does: it calls the `ClientApp` object with the message and the
+node's context, so the ClientApp routes the message by its type to whichever handler is
+registered for it (`@app.train("action")` answers "train.action"), and a handler that raises
+becomes an error reply (`Message(Error(...), reply_to=msg)`, the code and reason Flower's engine
+gives) that the ServerApp sees as `reply.has_error()`, while the node's context stays as it was
+before the message. The ServerApp is the `ServerApp` object, called with the grid and its
+context. Both are the app's components named in `pyproject.toml` (`[tool.flwr.app.components]`).
+
+It exists for the machines where Flower's simulation engine is not installed (a lent GPU
+machine has torch but no Ray) and for benchmarks that separate client compute from the engine's
+overhead. Results equal a simulation's in what the app computes (`tests/test_inprocess.py`
+compares every method's per-client results with `flwr run`'s). With `workers=1` the SuperNodes
+answer one after the other in this process; with `workers=N` a pool of N spawned processes
+answers N messages at a time (each message travels with its node's `Context`, as Flower's
+simulation engine moves a node's state to whichever actor runs it), the way several ClientApps
+share one GPU. Tests of the app itself go through `devtools.launch`.
 """
 
 from __future__ import annotations
 
+import copy
+import importlib
 import json
 import multiprocessing
 import os
 import tempfile
 import time
-from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
+import tomllib
+import traceback
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from logging import ERROR
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
-from flwr.app import Context, Message, MessageType, RecordDict
+# Besides the public `flwr.app`, `flwr.clientapp`, `flwr.serverapp` and `flwr.common.log`,
+# names Flower does not export, kept here (devtools only; the app uses none): the engine's error
+# replies are built from the exception types and codes in Flower's own modules
+# (`ClientAppException`, `LoadClientAppError`, `ErrorCode`); Flower sets a process's
+# `TaskIdentity` before it runs an app, and `Message(...)` reads it, so a ServerApp run outside
+# Flower needs one; `Grid.run` returns a `Run`. Message ids are written into
+# `Metadata._message_id`, as Flower's grids and engine write them (it has no setter).
+from flwr.app import Context, Error, Message, MessageType, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.clientapp.client_app import ClientAppException, LoadClientAppError
+from flwr.common import log
+from flwr.common.constant import ErrorCode
+from flwr.serverapp import Grid, ServerApp
+from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
-from pfedgm_app import client_app, server_app, wire
+from pfedgm_app import wire
 from pfedgm_app.methods import run_config_keys
 from pfedgm_app.wire import PERSONALIZE_MESSAGE_TYPE
 
-HANDLERS = {
-    MessageType.QUERY: client_app.query,
-    MessageType.TRAIN: client_app.train,
-    PERSONALIZE_MESSAGE_TYPE: client_app.personalize,
-}
+ROOT = Path(__file__).resolve().parent.parent
+# What answers a SuperNode's messages: the app's `ClientApp`, or anything called as Flower
+# calls one (e.g. a function that records what the ClientApp replies)
+ClientAppLike = ClientApp | Callable[[Message, Context], Message]
+RUN_ID = 1
+SERVERAPP_NODE_ID = 0  # the ServerApp's context node id under Flower (run_serverapp)
 
 
-def _handle(kind: str, msg: Message, context: Context) -> tuple[Message, Context, float]:
-    """One SuperNode's answer, its context after it (state may change) and the seconds spent."""
-    start = time.perf_counter()
-    reply = HANDLERS[kind](msg, context)
-    return reply, context, time.perf_counter() - start
+def app_component(name: str, root: Path = ROOT) -> Any:
+    """The app's `serverapp` or `clientapp` object, loaded from the "module:attribute"
+    reference in `[tool.flwr.app.components]` of `pyproject.toml`, as Flower loads them."""
+    with open(root / "pyproject.toml", "rb") as f:
+        reference = tomllib.load(f)["tool"]["flwr"]["app"]["components"][name]
+    module, _, attribute = reference.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
-def _start_worker(threads: int) -> None:
-    """A pool process: its share of the cores (unless the run sets client-threads), and the
-    task identity the ServerApp's process has."""
+def _set_task_identity() -> None:
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = RUN_ID, SERVERAPP_NODE_ID, 1
+
+
+def _error_reply(msg: Message, exc: Exception) -> Message:
+    """The reply Flower's simulation engine sends for a ClientApp that raised (vce_api.worker:
+    the actor wraps the exception in `ClientAppException`, the reason is "<class>:<'text'>")."""
+    if isinstance(exc, ClientAppException):
+        code = ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+    elif isinstance(exc, LoadClientAppError):
+        code = ErrorCode.LOAD_CLIENT_APP_EXCEPTION
+    else:
+        code = ErrorCode.UNKNOWN
+    return Message(Error(code=code, reason=f"{type(exc)}:<'{exc}'>"), reply_to=msg)
+
+
+def _answer(
+    app: ClientAppLike, msg: Message, context: Context
+) -> tuple[Message, Context | None, float]:
+    """One SuperNode's answer to `msg`: the reply, its context after it (None when the
+    ClientApp raised: the node keeps the context it had) and the seconds the ClientApp took."""
+    started = time.perf_counter()
+    try:
+        try:
+            reply = app(msg, context)
+        except LoadClientAppError:
+            raise
+        except Exception as exc:  # as Flower's actor: the ClientApp's exception, wrapped
+            raise ClientAppException(str(exc)) from exc
+    except Exception as exc:  # as Flower's engine: an error reply, never a crash
+        log(ERROR, "%s", exc)
+        log(ERROR, "%s", traceback.format_exc())
+        reply, context = _error_reply(msg, exc), None
+    seconds = time.perf_counter() - started
+    reply.metadata.__dict__["_message_id"] = str(uuid4())  # as the engine's (vce_api.worker)
+    return reply, context, seconds
+
+
+_WORKER_APP: ClientAppLike | None = None  # a pool process's ClientApp
+
+
+def _start_worker(threads: int, app: ClientAppLike | None) -> None:
+    """A pool process: its share of the cores (unless the run sets client-threads), its
+    ClientApp (the app's, loaded as Flower loads it, unless one is given) and the task
+    identity the ServerApp's process has."""
+    global _WORKER_APP
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    _WORKER_APP = app if app is not None else app_component("clientapp")
+    _set_task_identity()
+
+
+def _answer_in_worker(msg: Message, context: Context) -> tuple[Message, Context | None, float]:
+    return _answer(_WORKER_APP, msg, context)
 
 
 class RunStopped(Exception):
     """Raised by an `InProcessGrid` told to stop: the ServerApp dies as if killed."""
 
 
-class InProcessGrid:
-    """A Grid whose SuperNodes are `Context`s in this process; records seconds per message type.
+class InProcessGrid(Grid):
+    """A Grid whose SuperNodes are `Context`s in this process, answered by `client_app` (the
+    app's ClientApp by default); records seconds per message type and per train round.
+
     With `stop_after_rounds=k`, the (k+1)-th round's train messages raise `RunStopped`. With
-    `workers > 1`, messages are answered by that many spawned processes (call `close`)."""
+    `workers > 1`, messages are answered by that many spawned processes (call `close`); a
+    `client_app` given then must pickle (a ClientApp or function defined at a module's top
+    level).
+    """
 
     def __init__(
         self,
@@ -67,19 +150,21 @@ class InProcessGrid:
         num_partitions: int,
         stop_after_rounds: int | None = None,
         workers: int = 1,
+        client_app: ClientAppLike | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers={workers}: give 1 (this process) or more")
         self.stop_after_rounds = stop_after_rounds
+        self.client_app = client_app if client_app is not None else app_component("clientapp")
         self.pool = None
         if workers > 1:  # spawn: a forked child cannot use CUDA once the parent has
             threads = max(1, (os.cpu_count() or 1) // workers)
             self.pool = ProcessPoolExecutor(
-                workers, multiprocessing.get_context("spawn"), _start_worker, (threads,)
+                workers, multiprocessing.get_context("spawn"), _start_worker, (threads, client_app)
             )
         self.contexts = {
             node: Context(
-                1,
+                RUN_ID,
                 node,
                 {wire.PARTITION_ID: node - 1, wire.NUM_PARTITIONS: num_partitions},
                 RecordDict(),
@@ -87,9 +172,13 @@ class InProcessGrid:
             )  # fmt: skip
             for node in range(1, num_partitions + 1)
         }
+        self._run = Run.create_empty(RUN_ID)
+        self._pending: dict[str, Message] = {}  # pushed, not answered yet (workers=1)
+        self._futures: dict[str, tuple[Message, Future]] = {}  # pushed to the pool
+        self._exchange: tuple[str, int] | None = None  # (message type, round) last pushed
         self.client_seconds: dict[str, float] = {}
         self.rounds: list[tuple[float, float]] = []  # (client seconds, sample-passes) per round
-        self.starts: list[tuple[str, float]] = []  # (message type, clock) of each batch sent
+        self.starts: list[tuple[str, float]] = []  # (message type, clock) of each exchange
 
     def seconds_per_round(self) -> float:
         """Wall seconds per train round (server side included), over the rounds after the
@@ -103,31 +192,124 @@ class InProcessGrid:
             self.pool.shutdown(cancel_futures=True)
             self.pool = None
 
-    def get_node_ids(self) -> list[int]:
+    # -- Grid -----------------------------------------------------------------------------------
+    def set_run(self, run: Run) -> None:
+        self._run = run
+
+    @property
+    def run(self) -> Run:
+        return self._run
+
+    def create_message(  # noqa: PLR0913 (Flower's signature)
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
+
+    def get_node_ids(self) -> Iterable[int]:
         return list(self.contexts)
 
-    def send_and_receive(self, messages: Iterable[Message], timeout: float | None = None):
-        replies, spent, passes = [], 0.0, 0.0
-        messages = list(messages)
-        kind = messages[0].metadata.message_type if messages else ""
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Give each message an id (as Flower's grid does) and queue it for its SuperNode (in
+        the pool: start it); a message to a node that does not exist gets no id (None)."""
+        ids: list[str | None] = []
+        for msg in messages:
+            if msg.metadata.dst_node_id not in self.contexts:
+                ids.append(None)
+                continue
+            msg.metadata.__dict__["_message_id"] = str(uuid4())  # as Flower's InMemoryGrid
+            if not (msg.metadata.reply_to_message_id == "" and msg.metadata.ttl > 0):
+                raise ValueError(f"Invalid message: {msg}")
+            self._account_push(msg)
+            msg_id = msg.metadata.message_id
+            if self.pool is None:
+                self._pending[msg_id] = msg
+            else:
+                context = self.contexts[msg.metadata.dst_node_id]
+                self._futures[msg_id] = (msg, self.pool.submit(_answer_in_worker, msg, context))
+            ids.append(msg_id)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """The replies to those of `message_ids` that are answered: in this process, every
+        one (answered now, in the order pushed); in the pool, those finished."""
+        wanted = set(message_ids)
+        if self.pool is None:
+            answers = []
+            for msg_id in [i for i in self._pending if i in wanted]:
+                msg = self._pending.pop(msg_id)
+                # The ClientApp gets its own copy of the message, as it would from the engine
+                # (the arrays' bytes are shared, immutable): a handler that changes its message
+                # changes nothing the ServerApp or the other nodes see. Its context is copied
+                # so that a handler that raises leaves the node's context as it was.
+                context = self.contexts[msg.metadata.dst_node_id]
+                answers.append(
+                    (msg, _answer(self.client_app, copy.deepcopy(msg), copy.deepcopy(context)))
+                )
+        else:
+            done = [i for i in wanted if i in self._futures and self._futures[i][1].done()]
+            answers = [(m, f.result()) for m, f in (self._futures.pop(i) for i in done)]
+        return [self._receive(msg, *answer) for msg, answer in answers]
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        """Push `messages` and return their replies. In this process every message is answered
+        (`timeout` cannot interrupt a ClientApp here); in the pool, those answered within
+        `timeout` seconds (None: all), as Flower's grid."""
+        ids = {i for i in self.push_messages(messages) if i is not None}
+        if self.pool is None:
+            return list(self.pull_messages(ids))
+        futures = [self._futures[i][1] for i in ids]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        replies: list[Message] = []
+        while ids:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            wait(futures, timeout=left, return_when=FIRST_COMPLETED)
+            arrived = list(self.pull_messages(ids))
+            replies.extend(arrived)
+            ids.difference_update(m.metadata.reply_to_message_id for m in arrived)
+            futures = [self._futures[i][1] for i in ids]
+            if not arrived and deadline is not None and time.monotonic() >= deadline:
+                break  # unanswered messages stay in flight; their replies are never pulled
+        return replies
+
+    # -- accounting -----------------------------------------------------------------------------
+    def _account_push(self, msg: Message) -> None:
+        """A message of another type or round than the last pushed starts an exchange: a train
+        round past `stop_after_rounds` stops the run; its start is recorded."""
+        kind = msg.metadata.message_type
+        config = msg.content.config_records.get(wire.CONFIG, {}) if msg.has_content() else {}
+        exchange = (kind, int(config.get(wire.ROUND, 0)))
+        if exchange == self._exchange:
+            return
         if kind == MessageType.TRAIN and len(self.rounds) == self.stop_after_rounds:
             raise RunStopped(f"stopped after round {self.stop_after_rounds}")
+        self._exchange = exchange
         self.starts.append((kind, time.perf_counter()))
-        jobs = [(kind, msg, self.contexts[msg.metadata.dst_node_id]) for msg in messages]
-        if self.pool is None:
-            answers = (_handle(*job) for job in jobs)
-        else:
-            answers = (f.result() for f in [self.pool.submit(_handle, *job) for job in jobs])
-        for msg, (reply, context, seconds) in zip(messages, answers, strict=True):
+        if kind == MessageType.TRAIN:
+            self.rounds.append((0.0, 0.0))
+
+    def _receive(
+        self, msg: Message, reply: Message, context: Context | None, seconds: float
+    ) -> Message:
+        """Keep the node's context after `reply` (unless the ClientApp raised); add the
+        ClientApp's seconds (and a train reply's sample passes) to the accounts."""
+        if context is not None:
             self.contexts[msg.metadata.dst_node_id] = context
-            replies.append(reply)
+        kind = msg.metadata.message_type
+        self.client_seconds[kind] = self.client_seconds.get(kind, 0.0) + seconds
+        if kind == MessageType.TRAIN and self.rounds:
+            passes = 0.0
             if reply.has_content() and wire.METRICS in reply.content:
-                passes += float(reply.content[wire.METRICS].get("sample-passes", 0.0))
-            self.client_seconds[kind] = self.client_seconds.get(kind, 0.0) + seconds
-            spent += seconds
-        if replies and kind == MessageType.TRAIN:
-            self.rounds.append((spent, passes))
-        return replies
+                passes = float(reply.content[wire.METRICS].get("sample-passes", 0.0))
+            spent, total = self.rounds[-1]
+            self.rounds[-1] = (spent + seconds, total + passes)
+        return reply
 
 
 def run_inprocess(
@@ -135,18 +317,20 @@ def run_inprocess(
     num_partitions: int,
     stop_after_rounds: int | None = None,
     workers: int = 1,
+    client_app: ClientAppLike | None = None,
 ) -> tuple[dict, InProcessGrid]:
-    """Run the ServerApp's `main` over `num_partitions` in-process SuperNodes; returns the
-    `summary.json` it wrote and the grid (for its timings). Defaults are the app's own.
-    `stop_after_rounds=k` kills the run (`RunStopped`) when round k+1 would start; `workers=N`
-    answers messages in N processes at once."""
+    """Run the app's ServerApp over `num_partitions` in-process SuperNodes answered by its
+    ClientApp (or `client_app`); returns the `summary.json` it wrote and the grid (for its
+    timings). Defaults are the app's own. `stop_after_rounds=k` kills the run (`RunStopped`)
+    when round k+1 would start; `workers=N` answers messages in N processes at once."""
     run_config = {**run_config_keys(), **overrides}
     if not run_config.get("output-dir"):
         run_config["output-dir"] = tempfile.mkdtemp(prefix="pfedgm-inprocess-")
-    grid = InProcessGrid(run_config, num_partitions, stop_after_rounds, workers)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    server_app: ServerApp = app_component("serverapp")
+    grid = InProcessGrid(run_config, num_partitions, stop_after_rounds, workers, client_app)
+    _set_task_identity()
     try:
-        server_app.main(grid, Context(1, 0, {}, RecordDict(), run_config))
+        server_app(grid, Context(RUN_ID, SERVERAPP_NODE_ID, {}, RecordDict(), run_config))
     finally:
         grid.close()
         TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None
