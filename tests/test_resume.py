@@ -3,7 +3,11 @@ logs each round once, and ends with the arrays of a run that was never stopped."
 
 from __future__ import annotations
 
+import csv
 import json
+import subprocess
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +15,8 @@ import pytest
 import torch
 
 from devtools.inprocess import RunStopped, run_inprocess
+from devtools.launch import run_app
+from pfedgm_app.checkpoint import FolderLock
 from pfedgm_app.config import ConfigError
 from pfedgm_app.strategies import FedPAC
 
@@ -41,6 +47,103 @@ def test_a_killed_run_resumes_to_the_uninterrupted_runs_arrays(tmp_path, mnist, 
     b = torch.load(stopped / "global_model.pt")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert (whole / "clients.csv").read_text() == (stopped / "clients.csv").read_text()
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _unfinished_runs(env: dict[str, str]) -> set[str]:
+    """Ids of the runs of this FLWR_HOME's SuperLink not finished yet (`flwr list`)."""
+    listed = subprocess.run(["flwr", "list", "--format", "json"], env=env, capture_output=True,
+                            text=True, check=True).stdout  # fmt: skip
+    runs = json.loads(listed[listed.index("{") :])["runs"]
+    return {r["run-id"] for r in runs if not r["status"].startswith("finished")}
+
+
+def _wait_for_rounds(out: Path, rounds: int, run: Future | None = None) -> None:
+    """Until `out`'s rounds.jsonl holds `rounds` lines (or `run` has ended, or 10 minutes)."""
+    deadline = time.monotonic() + 600
+    while _lines(out / "rounds.jsonl") < rounds and time.monotonic() < deadline:
+        if run is not None and run.done():
+            return
+        time.sleep(0.1)
+
+
+def _stop_after(out: Path, rounds: int, env: dict[str, str], others: set[str]) -> set[str]:
+    """`flwr stop` the run writing to `out` once its rounds.jsonl holds `rounds` lines. Its id
+    is looked up once round 1 is logged (the unfinished run not in `others`), so that only the
+    stop itself lies between round `rounds` and the run's end. Returns the ids it stopped."""
+    _wait_for_rounds(out, 1)
+    running = _unfinished_runs(env) - others
+    _wait_for_rounds(out, rounds)
+    for run_id in running:
+        subprocess.run(["flwr", "stop", run_id], env=env, capture_output=True, check=True)
+    return running
+
+
+def _wait_for_the_run_to_end(out: Path, timeout: float = 120) -> None:
+    """`flwr stop` marks a run stopped at once, but its simulation goes on until its next
+    heartbeat; until then it holds the lock on its output-dir, which a resumed run needs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            FolderLock(out).release()
+            return
+        except ConfigError:  # in use by a live run
+            assert time.monotonic() < deadline, f"the run writing to {out} did not end"
+            time.sleep(0.5)
+
+
+def _clients(out: Path) -> list[dict]:
+    """clients.csv without the node ids (each run's SuperNodes get new ones)."""
+    with open(out / "clients.csv") as f:
+        return [{k: v for k, v in row.items() if k != "node-id"} for row in csv.DictReader(f)]
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_flwr_run_stopped_after_round_2_resumes_to_the_uninterrupted_runs_results(
+    flower_env, tmp_path, mnist
+):
+    """Through `flwr run` (the simulation engine): a pFedGM run stopped with `flwr stop` once
+    round 2 is logged, then run again with resume=true on its output-dir, logs every round
+    once and ends with the global model and per-client results of a run never stopped.
+
+    A stop reaches a simulation only at its next heartbeat to the SuperLink (every 17 to 23 s
+    in Flower 1.42; the ServerApp's messages stay in the simulation process), though `flwr`
+    reports the run stopped at once. So the run has 30 rounds (about 1.4 s each here, alone on
+    the SuperLink): well after round 2 it is still in its rounds when the stop lands, and the
+    resumed run waits for it to let go of its output-dir. The uninterrupted run goes at the
+    same time, on the same SuperLink. Two clients train a round: Flower hands the replies over
+    in no fixed order, and FedAvg's sum of two terms is the same in either order (of three or
+    more it is not, to the last bit)."""
+    cfg = {**RUN, "num-server-rounds": 30, "local-epochs": 6, "pool-size": 5000,
+           "method": "pfedgm", "dataset": str(mnist), "personal-epochs": 1,
+           "lbfgs-cycles": 1}  # fmt: skip
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    with ThreadPoolExecutor(2) as threads:  # the uninterrupted run goes beside the other two
+        uninterrupted = threads.submit(
+            run_app, {**cfg, "output-dir": str(whole)}, 4, flower_env, 1, 900
+        )
+        _wait_for_rounds(whole, 1, uninterrupted)  # the SuperLink is up, the run is listed
+        stopper = threads.submit(_stop_after, stopped, 2, flower_env, _unfinished_runs(flower_env))
+        first = run_app({**cfg, "output-dir": str(stopped)}, 4, flower_env, timeout=900)
+        assert stopper.result(timeout=60) == {first.run_id}
+        assert first.status == "finished:stopped", first.log[-3000:]
+        _wait_for_the_run_to_end(stopped)
+        assert 2 <= len(_rounds(stopped)) < 30 and not (stopped / "summary.json").exists()
+        resumed = run_app(
+            {**cfg, "output-dir": str(stopped), "resume": True}, 4, flower_env, timeout=900
+        )
+        run = uninterrupted.result()
+    assert resumed.ok, resumed.log[-3000:]
+    assert _rounds(stopped) == list(range(1, 31))
+    assert 2 <= resumed.summary["resumed_after_round"] < 30
+    assert run.ok, run.log[-3000:]
+    a, b = torch.load(whole / "global_model.pt"), torch.load(stopped / "global_model.pt")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert _clients(whole) == _clients(stopped)
 
 
 def test_client_state_files_hold_the_two_latest_saves_and_roll_back_a_rerun_round(tmp_path):
