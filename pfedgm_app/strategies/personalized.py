@@ -167,8 +167,9 @@ class PersonalizedFedAvg(FedAvg):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """The weighted mean (by `weighted_by_key`) of every array and metric over the replies
-        that hold it, merged into the arrays sent (keys no reply holds keep their value); the
-        extras go to `aggregate_extras`. A reply that cannot be used is dropped with a warning
+        that hold it, summed in the order of the nodes' ranks (ids without `node_ranks`),
+        merged into the arrays sent (keys no reply holds keep their value); the extras go to
+        `aggregate_extras`. A reply that cannot be used is dropped with a warning
         naming its node; with none left, (None, None): the round changes nothing."""
         current = self.sent_arrays.pop(server_round, None)
         replies = list(replies)
@@ -181,6 +182,10 @@ class PersonalizedFedAvg(FedAvg):
         log(INFO, "aggregate_train: %d of %d replies used", len(used), len(replies))
         if not used:
             return None, None
+        # Sums in a fixed order: replies arrive in any order, and float addition is not
+        # associative, so the same run would otherwise differ in the last bits from run to run.
+        ranks = self.node_ranks or {}
+        used.sort(key=lambda m: (ranks.get(m.metadata.src_node_id, -1), m.metadata.src_node_id))
         weights = [self._weight(m) for m in used]
         update = weighted_mean(
             [
