@@ -80,6 +80,7 @@ def _imports_after(statement: str) -> set[str]:
     return {m.split(".")[0] for m in out.stdout.split()}
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_strategies_need_only_flwr_and_numpy_and_the_client_api_only_torch():
     server = _imports_after("import pfedgm_app.strategies, pfedgm_app.replies")
     assert "torch" not in server and "flwr" in server
@@ -88,6 +89,7 @@ def test_strategies_need_only_flwr_and_numpy_and_the_client_api_only_torch():
     assert not {"datasets", "flwr_datasets", "torchvision"} & (server | client)
 
 
+@pytest.mark.slow  # a wheel build
 def test_the_package_builds_a_wheel_another_project_can_depend_on(tmp_path):
     import pfedgm_app
 
@@ -119,6 +121,7 @@ def test_the_package_builds_a_wheel_another_project_can_depend_on(tmp_path):
     assert not [n for n in names if n.startswith(("tests/", "examples/", "benchmarks/"))]
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_the_apps_clientapp_imports_no_dataset_library_until_it_decodes():
     """A deployment starts a fresh ClientApp process per message; one whose client is in the
     disk cache must not pay the seconds `datasets` / flwr-datasets take to import."""
