@@ -75,7 +75,7 @@ def test_a_reply_that_breaks_the_contract_is_dropped_naming_the_node(caplog, cas
     current, good = _arrays(w=[0.0, 0.0]), _reply(1, _arrays(w=[2.0, 2.0]), 10)
     reported = {1: {"num-examples": 10}, 7: {"num-examples": 50}}  # what each told at query
     for strategy in (PersonalizedFedAvg(reported=reported), PFedGM(reported=reported,
-                     navigator_keys=(), covariance_keys=())):  # fmt: skip
+                     navigator_keys=(), covariance_keys=()), PersonalizedFedAvg()):  # fmt: skip
         arrays, metrics = _aggregate(strategy, current, [good, _raw(7, HOSTILE[case])])
         np.testing.assert_array_equal(arrays["w"].numpy(), [2.0, 2.0])
         assert metrics["num-clients"] == 1

@@ -18,6 +18,9 @@ from .. import wire
 # Largest |value| a model or statistic array may hold: far above any trained weight or feature
 # statistic, far below what would overflow float32 once squared or summed over clients.
 MAX_ABS_VALUE = 1e6
+# Most samples a client may claim where the server has no report of its data (`query`): no
+# device holds a billion, and the total weight of a round stays far from overflow.
+MAX_SAMPLES = 1e9
 
 
 def number_problem(name: str, value: object, low: float = -math.inf, high: float = math.inf):
@@ -50,7 +53,8 @@ def train_reply_problem(
     The contract: an ArrayRecord `wire.ARRAYS` (a subset of the model's keys: a key left out
     is kept local and keeps its global value), optionally `wire.EXTRAS`, no other record but
     one MetricRecord of finite numbers whose `weight_key` is positive and at most
-    `max_weight` (what the client reported at `query`: no client outweighs its data); arrays
+    `max_weight` (what the client reported at `query`: no client outweighs its data; without
+    a report, `MAX_SAMPLES`); arrays
     of the model's shapes and dtypes, finite, no larger than `MAX_ABS_VALUE`.
     """
     names = set(content.array_records)
@@ -61,7 +65,7 @@ def train_reply_problem(
     if problem := metrics_problem(content):
         return problem
     weight = next(iter(content.metric_records.values())).get(weight_key)
-    if problem := number_problem(weight_key, weight, 0, max_weight or math.inf):
+    if problem := number_problem(weight_key, weight, 0, max_weight or MAX_SAMPLES):
         return problem + (" (what it reported at query)" if max_weight else "")
     if weight == 0:
         return f"'{weight_key}' must be positive, got 0"
@@ -101,6 +105,6 @@ def personalize_row_problem(metrics: Mapping[str, object], max_test: float | Non
         if problem := number_problem(key, metrics.get(key), 0, 1):
             return problem
     size = metrics.get(wire.NUM_TEST)
-    if problem := number_problem(wire.NUM_TEST, size, 0, max_test or math.inf):
+    if problem := number_problem(wire.NUM_TEST, size, 0, max_test or MAX_SAMPLES):
         return problem
     return f"'{wire.NUM_TEST}' must be positive, got 0" if size == 0 else None
