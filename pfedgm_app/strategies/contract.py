@@ -47,10 +47,11 @@ def train_reply_problem(
     current: ArrayRecord | None,
     weight_key: str = wire.NUM_EXAMPLES,
     max_weight: float | None = None,
+    arrays_key: str = wire.ARRAYS,
 ) -> str | None:
     """Why a train reply cannot be averaged into `current` (the arrays sent), or None.
 
-    The contract: an ArrayRecord `wire.ARRAYS` (a subset of the model's keys: a key left out
+    The contract: an ArrayRecord `arrays_key` (a subset of the model's keys: a key left out
     is kept local and keeps its global value), optionally `wire.EXTRAS`, no other record but
     one MetricRecord of finite numbers whose `weight_key` is positive and at most
     `max_weight` (what the client reported at `query`: no client outweighs its data; without
@@ -58,9 +59,9 @@ def train_reply_problem(
     of the model's shapes and dtypes, finite, no larger than `MAX_ABS_VALUE`.
     """
     names = set(content.array_records)
-    if wire.ARRAYS not in names:
-        return f"no '{wire.ARRAYS}' record"
-    if extra := sorted(names - {wire.ARRAYS, wire.EXTRAS}) + sorted(content.config_records):
+    if arrays_key not in names:
+        return f"no '{arrays_key}' record"
+    if extra := sorted(names - {arrays_key, wire.EXTRAS}) + sorted(content.config_records):
         return f"records outside the contract: {extra}"
     if problem := metrics_problem(content):
         return problem
@@ -69,7 +70,7 @@ def train_reply_problem(
         return problem + (" (what it reported at query)" if max_weight else "")
     if weight == 0:
         return f"'{weight_key}' must be positive, got 0"
-    record = content.array_records[wire.ARRAYS]
+    record = content.array_records[arrays_key]
     if current is not None:
         if unknown := sorted(set(record) - set(current)):
             return f"keys the model does not have: {unknown}"

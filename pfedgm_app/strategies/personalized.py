@@ -158,7 +158,9 @@ class PersonalizedFedAvg(FedAvg):
             return "error reply: " + " ".join(str(msg.error.reason).split())[:300]
         node, content = msg.metadata.src_node_id, msg.content
         bound = (self.reported or {}).get(node, {}).get(self.weighted_by_key)
-        problem = train_reply_problem(content, current, self.weighted_by_key, bound)
+        problem = train_reply_problem(
+            content, current, self.weighted_by_key, bound, self.arrayrecord_key
+        )
         if problem is None and wire.EXTRAS in content.array_records:
             problem = self.extras_problem(content.array_records[wire.EXTRAS])
         return problem or self.reject_reason(content)
