@@ -10,7 +10,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from devtools.launch import flwr, free_port
@@ -23,6 +23,21 @@ class Deployment:
 
     federation: str
     processes: list[subprocess.Popen]
+    supernode_args: list[str] = field(default_factory=list)  # TLS flags and the SuperLink
+    env: dict[str, str] = field(default_factory=dict)
+    logs: Path = Path(".")
+
+    def add_supernode(self, node_config: str, key: Path | None = None) -> int:
+        """Start one more SuperNode (a device that joins now), signing with `key` where the
+        SuperLink authenticates SuperNodes; returns its index (for `kill_supernode`, and its
+        log `supernode-<index>.log`)."""
+        index = len(self.processes) - 1
+        cmd = ["flower-supernode", *self.supernode_args]
+        if key is not None:
+            cmd += ["--auth-supernode-private-key", str(key)]
+        cmd += ["--port", str(free_port()), "--node-config", node_config]
+        self.processes.append(_spawn(cmd, self.env, self.logs / f"supernode-{index}.log"))
+        return index
 
     def stop(self) -> None:
         """Stop every process of the deployment and what each spawned (SuperExec, ClientApps)."""
@@ -67,23 +82,20 @@ def start_deployment(
             str(flwr_home / f"{federation}.db")]  # fmt: skip
     if keys is not None:
         link.append("--enable-supernode-auth")  # only registered public keys may join
-    procs = [_spawn(link, env, flwr_home / "superlink.log")]
+    supernode = [*_tls_args(certs, "supernode"), "--superlink", f"127.0.0.1:{port}"]
+    deployment = Deployment(federation, [], supernode, env, flwr_home)
+    deployment.processes.append(_spawn(link, env, flwr_home / "superlink.log"))
     try:
         _wait_for_port(port, startup_timeout)
         _add_federation(flwr_home, federation, port, certs)
         for i in sorted(registered or ()) if keys is not None else ():
             _register_supernode(keys / f"device-{i}.pub", federation, env)
         for i, node_config in enumerate(node_configs):
-            cmd = ["flower-supernode", *_tls_args(certs, "supernode")]
-            cmd += ["--superlink", f"127.0.0.1:{port}"]
-            if keys is not None:
-                cmd += ["--auth-supernode-private-key", str(keys / f"device-{i}")]
-            cmd += ["--port", str(free_port()), "--node-config", node_config]
-            procs.append(_spawn(cmd, env, flwr_home / f"supernode-{i}.log"))
+            deployment.add_supernode(node_config, keys / f"device-{i}" if keys else None)
     except BaseException:
-        Deployment(federation, procs).stop()
+        deployment.stop()
         raise
-    return Deployment(federation, procs)
+    return deployment
 
 
 def _tls_args(certs: Path | None, role: str) -> list[str]:
