@@ -110,7 +110,9 @@ the same pattern:
 
 Write `pfedgm_app/methods/<name>.py`: a client plug-in (subclass `ClientPlugin`; declare the
 model parts it `sends`, override `train` or `personalize`; FedPer in `split.py` is one line,
-`sends = ("generator",)`, under its docstring), optionally a
+`sends = ("generator",)`, under its docstring; `personalize` returns `Personalized`, the
+metrics and the model they are of, which the device keeps: a head of a class no method used
+before declares its kind in `HEADS` of `pfedgm_app/personal_model.py`), optionally a
 `Settings` dataclass of its own keys with their bounds, and one `Method(name, plug-in, summary,
 strategy=..., settings=...)`. Add it to `REGISTERED` in `methods/__init__.py`, its keys to
 `pyproject.toml` and their meanings to `pfedgm_app/reference.py`, then run `{COMMAND}`; the
@@ -242,12 +244,15 @@ real ClientApp handlers sent them (every method, two MNIST clients, two rounds):
 
 {block}
 
-LG-FedAvg sends the whole model in its warm-up rounds, then the convolutions only. TLS
+LG-FedAvg sends the whole model in its warm-up rounds, then the convolutions only. The
+personalized model each device evaluated in the final personalize round is saved on the device
+(`model-dir`, [outputs.md](outputs.md#personalized-models-on-the-devices)) and never sent: no
+array of a saved model file is in any of its method's replies. TLS
 ([../deploy/README.md](../deploy/README.md#secure-deployment-tls-and-supernode-authentication))
 protects these values in transit; the ServerApp sees them in the clear (there is no secure
 aggregation). `tests/test_deploy_security.py` records the replies again, checks that each
-holds only whole model parts of their parameters' shapes and per-class statistics, and
-compares this page with them.
+holds only whole model parts of their parameters' shapes and per-class statistics, that no
+array of the devices' saved models is among them, and compares this page with them.
 """
 
 

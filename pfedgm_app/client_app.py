@@ -6,15 +6,17 @@ settings come from `context.run_config`; messages carry the arrays and the round
 
 A SuperNode's `--node-config` says which client it is and where its data is (`node_data`): a
 partition of the run's dataset (`partition-id`, `num-partitions`, optionally `dataset`, its own
-copy of it) or the device's own samples (`data-path`).
+copy of it) or the device's own samples (`data-path`); and where it keeps the personalized
+model the final personalize round evaluated (`model-dir`, `model_dir`: `personal_model`).
 """
 
 from __future__ import annotations
 
+import os
 import time
 import zlib
 from collections.abc import Mapping
-from logging import ERROR
+from logging import ERROR, INFO
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +25,18 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common import log
 
-from . import wire
+from . import personal_model, wire
 from .config import ConfigError, RunConfig
-from .data import ClientData, DeviceData, Protocol, load_client_data, load_device_data
-from .methods import ClientPlugin, ClientState, ClientTask, parse_run_config
+from .data import (
+    ClientData,
+    DeviceData,
+    Protocol,
+    class_names,
+    load_client_data,
+    load_device_data,
+    run_classes,
+)
+from .methods import ClientPlugin, ClientState, ClientTask, Personalized, parse_run_config
 from .models import Model
 from .replies import personalize_reply, received, train_reply
 from .training import keep_freed_memory, pick_device, set_threads
@@ -35,6 +45,7 @@ app = ClientApp()
 
 DATA_PATH = "data-path"  # node-config: the device's own data (`data.DeviceData`)
 DATASET = "dataset"  # node-config: this SuperNode's own copy of the run's dataset
+MODEL_DIR = "model-dir"  # node-config: where the device keeps its personalized model
 
 
 def node_data(cfg: RunConfig, node: Mapping[str, Any]) -> tuple[int, int, ClientData]:
@@ -72,6 +83,26 @@ def node_data(cfg: RunConfig, node: Mapping[str, Any]) -> tuple[int, int, Client
 class DataUnavailable(ConfigError):
     """This SuperNode's data cannot be loaded: its path missing, a file unreadable or corrupt,
     columns or labels the run cannot use. Its message is one line that names the data."""
+
+    cause = "data"  # `wire.CAUSE`
+
+
+class ModelDirUnavailable(DataUnavailable):
+    """This SuperNode cannot write its personalized model where `model_dir` says."""
+
+    cause = "model-dir"
+
+
+def model_dir(cfg: RunConfig, node: Mapping[str, Any], run_id: int) -> Path:
+    """Where this device keeps its personalized model: node-config `model-dir`; else the run's
+    `output-dir`/models (simulation, a trial on one machine); else, with neither,
+    `$XDG_DATA_HOME/pfedgm/models/run-<run id>` (default `~/.local/share`)."""
+    if MODEL_DIR in node:
+        return Path(str(node[MODEL_DIR])).expanduser()
+    if cfg.output_dir:
+        return Path(cfg.output_dir).expanduser() / "models"
+    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data_home) / "pfedgm" / "models" / f"run-{run_id}"
 
 
 def load_node_data(cfg: RunConfig, node: Mapping[str, Any]) -> tuple[int, int, ClientData]:
@@ -133,9 +164,12 @@ def query(msg: Message, context: Context) -> Message:
     logs it in one line: the server names the node and the reason before round 1."""
     try:
         pid, num, _, task, seconds = _client(msg, context, "query")
+        folder = model_dir(task.cfg, context.node_config, context.run_id)
+        if problem := personal_model.folder_problem(folder):
+            raise ModelDirUnavailable(f"{problem}; give node-config {MODEL_DIR} a writable folder")
     except DataUnavailable as exc:
         log(ERROR, "pFedGM app: node %s cannot take part: %s", context.node_id, exc)
-        reason = ConfigRecord({wire.REASON: str(exc)})
+        reason = ConfigRecord({wire.REASON: str(exc), wire.CAUSE: exc.cause})
         return Message(RecordDict({wire.UNAVAILABLE: reason}), reply_to=msg)
     metrics = {
         wire.PARTITION_ID: pid,
@@ -169,7 +203,30 @@ def train(msg: Message, context: Context) -> Message:
 
 @app.train(wire.PERSONALIZE)
 def personalize(msg: Message, context: Context) -> Message:
-    """Final round on every client: personalize with the method's rule, evaluate on test."""
+    """Final round on every client: personalize with the method's rule, evaluate on test. The
+    final one (not an `eval-every` evaluation) saves the model it evaluated on the device
+    (`keep`); the reply carries the metrics only."""
     pid, _, plugin, task, _ = _client(msg, context, "personalize")
-    metrics = plugin.personalize(_model(msg, plugin, task), task)
-    return personalize_reply(msg, {**metrics, **_sizes(task), wire.PARTITION_ID: pid})
+    result = plugin.personalize(_model(msg, plugin, task), task)
+    reply = personalize_reply(msg, {**result.metrics, **_sizes(task), wire.PARTITION_ID: pid})
+    if not task.server_round:
+        keep(result, task, context, pid)
+    return reply
+
+
+def keep(result: Personalized, task: ClientTask, context: Context, pid: int) -> Path:
+    """Save the personalized model in `model_dir` as `client-<pid>.safetensors`, with what
+    using it needs: its classes' names, image shape, method, run and accuracy."""
+    cfg, node = task.cfg, context.node_config
+    dataset = str(node.get(DATASET, cfg.dataset))
+    names = run_classes(cfg.classes, cfg.dataset) if DATA_PATH in node else (
+        class_names(cfg.classes, dataset))  # fmt: skip
+    run = {"method": cfg.method, "run-id": context.run_id, "dataset": dataset,
+           "server-round": cfg.num_server_rounds, "initial-model": cfg.initial_model,
+           "partition-id": pid, "accuracy": result.metrics[wire.ACCURACY],
+           "num-test": len(task.data.y_test)}  # fmt: skip
+    path = model_dir(cfg, node, context.run_id) / f"client-{pid}{personal_model.SUFFIX}"
+    shape = tuple(task.data.x_train.shape[1:])
+    personal_model.save(path, result.model, shape, list(names), run)
+    log(INFO, "pFedGM app: client %d keeps its personalized model in %s", pid, path)
+    return path

@@ -89,7 +89,8 @@ class RunConfig(Settings):
     dataset: str = "uoft-cs/cifar10"
     classes: str = ""  # the model's classes in order, 'a,b,...'; empty: the dataset's (data/labels)
     dirichlet_alpha: float = above(0, 0.5)
-    num_server_rounds: int = at_least(1, 200)
+    num_server_rounds: int = at_least(0, 200)  # 0: personalize initial-model only
+    initial_model: str = ""  # a run's output-dir or global_model.pt to start from
     fraction_train: float = 0.3
     local_epochs: int = at_least(1, 5)
     batch_size: int = at_least(1, 50)
@@ -118,6 +119,11 @@ class RunConfig(Settings):
         super().validate(self)
         if not self.dataset:
             raise ConfigError("dataset is empty; give a hub id or a local path")
+        if self.num_server_rounds == 0 and not self.initial_model:
+            raise ConfigError(
+                "num-server-rounds=0 trains nothing: give initial-model (a finished run's "
+                "output-dir or its global_model.pt) to personalize it, or num-server-rounds >= 1"
+            )
         parse_classes(self.classes)
         if not math.isfinite(self.dirichlet_alpha):
             raise ConfigError(f"dirichlet-alpha must be > 0, got {self.dirichlet_alpha}")

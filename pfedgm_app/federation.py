@@ -15,6 +15,7 @@ from . import wire
 from .config import ConfigError, RunConfig
 
 REASON_CHARS = 300  # at most this much of a failed ClientApp's error reason is reported
+CAUSES = {"data": "could not load its data", "model-dir": "cannot save its personalized model"}
 
 
 def discover_clients(
@@ -112,7 +113,8 @@ def query_new_nodes(
 
 def unavailable(reply: Message) -> str | None:
     """Why the node of a query reply cannot take part, in one line; None if it can. Its data
-    could not be loaded: the reason its ClientApp gave (`wire.UNAVAILABLE`). Its ClientApp
+    could not be loaded, or its model folder cannot be written: the reason its ClientApp gave
+    (`wire.UNAVAILABLE`, its CAUSE the kind). Its ClientApp
     failed otherwise (an error reply): Flower's error code and its reason, as Flower wrote it,
     on one line and shortened."""
     if reply.has_error():
@@ -121,7 +123,9 @@ def unavailable(reply: Message) -> str | None:
             reason = reason[: REASON_CHARS - 3] + "..."
         return f"its ClientApp failed (Flower error code {reply.error.code}): {reason}"
     if wire.UNAVAILABLE in reply.content:
-        return f"could not load its data: {reply.content[wire.UNAVAILABLE][wire.REASON]}"
+        record = reply.content[wire.UNAVAILABLE]
+        what = CAUSES.get(str(record.get(wire.CAUSE, "data")), "cannot take part")
+        return f"{what}: {record[wire.REASON]}"
     if wire.METRICS not in reply.content:
         return "its query reply holds neither metrics nor a reason (another app's ClientApp?)"
     return None

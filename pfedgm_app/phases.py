@@ -6,6 +6,7 @@
     head = GaussianHead(num_classes, dim)            # navigator psi (mu, b) and covariance nu (A)
     metrics = train_round(backbone, head, trainloader)        # Phase 1: one round, in place
     result = personalize(backbone, head, trainloader, testloader)  # Phase 2: accuracies
+    ph, result = personalized_head(backbone, head, trainloader, testloader)  # and the head
 
 `backbone` is the generator phi: any module mapping a batch of inputs to features z of shape
 (batch, dim). Data are either a pair of tensors `(x, y)`, shuffled into batches of `batch_size`
@@ -17,6 +18,7 @@ used as it comes each epoch. Batches are moved to the head's device. Defaults ar
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Iterable
 
@@ -144,7 +146,7 @@ def train_round(
     return {**metrics, "seconds-prototypes": seconds_prototypes}
 
 
-def personalize(
+def personalized_head(
     generator: nn.Module,
     head: GaussianHead,
     train: Data,
@@ -160,15 +162,17 @@ def personalize(
     lbfgs_max_iter: int = 10,
     lbfgs_cycles: int = 5,
     rng: torch.Generator | None = None,
-) -> dict[str, float]:
+) -> tuple[PersonalizedHead, dict[str, float]]:
     """Phase 2 on a client: phi frozen, the personalized head (Eq. LossC) fitted by SGD on the
     client's features (`epochs` at `lr`), then its biases refined by L-BFGS (`lbfgs_cycles`
     cycles of `lbfgs_max_iter` iterations at `lbfgs_lr`; 0 cycles skips it). `generator` and
     `head` are left as they were.
 
-    Returns fractions in [0, 1] on `test`: `accuracy` (the personalized head), and the paper's
-    adaptation ablation: `acc-global` (the global navigator alone), `acc-global-cov` (with the
-    global covariance), `acc-finetune` (after fine-tuning, before L-BFGS); and `num-test`.
+    Returns the personalized head (on z = generator(x): `generator` then this head is the
+    client's model) and fractions in [0, 1] on `test`: `accuracy` (the personalized head), and
+    the paper's adaptation ablation: `acc-global` (the global navigator alone),
+    `acc-global-cov` (with the global covariance), `acc-finetune` (after fine-tuning, before
+    L-BFGS); and `num-test`.
     """
     z_train, y_train = features(generator, train)
     z_test, y_test = features(generator, test)
@@ -193,4 +197,17 @@ def personalize(
             refine_biases_(ph, z_train, y_train, lbfgs_lr, lbfgs_max_iter, lbfgs_cycles)
     result["accuracy"] = accuracy(ph, z_test, y_test)
     result["num-test"] = float(len(y_test))
-    return result
+    return ph, result
+
+
+def personalize(
+    generator: nn.Module, head: GaussianHead, train: Data, test: Data, **settings
+) -> dict[str, float]:
+    """Phase 2's accuracies on `test` (`personalized_head`, with its keyword `settings`)."""
+    return personalized_head(generator, head, train, test, **settings)[1]
+
+
+# help() and inspect show personalized_head's keywords and defaults, in one place
+personalize.__signature__ = inspect.signature(personalized_head).replace(
+    return_annotation="dict[str, float]"
+)

@@ -30,7 +30,13 @@ MEANINGS: dict[str, str] = {
     "`dataset`'s. Every client's labels are mapped onto it by name, so devices holding only "
     "some classes agree with the model",
     "dirichlet-alpha": "Dir(alpha) label skew over the pooled train+test images",
-    "num-server-rounds": "Phase 1 rounds",
+    "num-server-rounds": "Phase 1 rounds; 0 (with `initial-model` only): no training, the "
+    "personalize round alone, on the SuperNodes connected now",
+    "initial-model": "a finished run's `output-dir` (or its `global_model.pt`, with its "
+    "`config.json` beside it) to start from instead of a random model; refused before any "
+    "message when its method, classes, image shape or class count differ from this run's. "
+    "With `num-server-rounds=0`, devices that joined after training get their personalized "
+    "models without any client training again (deploy/README.md)",
     "fraction-train": "participation rate q, in (0, 1]",
     "local-epochs": "local epochs per round",
     "batch-size": "mini-batch size",

@@ -1,6 +1,7 @@
 """ServerApp: the paper's two phases. Phase 1: rounds of the method's strategy over the sampled
-clients. Phase 2: the personalize round on every client. Outputs go to `output-dir` as the
-run goes (`results.RunWriter`).
+clients, from a random model or a stored run's (`initial-model`). Phase 2: the personalize round
+on every client, which keeps its personalized model. Outputs go to `output-dir` as the run goes
+(`results.RunWriter`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
-from . import checkpoint, wire
+from . import checkpoint, initial_model, wire
 from .config import ConfigError, RunConfig, Settings
 from .data import Protocol, resolve_dataset
 from .federation import discover_clients, model_input, partition_ranks, query_new_nodes
@@ -36,13 +37,14 @@ def main(grid: Grid, context: Context) -> None:
     try:  # every check before round 1: a bad run-config or federation ends the run here
         cfg, method, settings = parse_run_config(context.run_config)
         cfg = dataclasses.replace(cfg, dataset=resolve_dataset(cfg.dataset))
+        initial = initial_model.read(cfg) if cfg.initial_model else None  # before any message
         if window := messages_in_flight(cfg.messages_in_flight):  # every exchange below
             grid = WindowedGrid(grid, window)
             log(INFO, "pFedGM app: at most %d messages in flight (messages-in-flight)", window)
         writer = RunWriter.create(cfg, settings, started)
         left_out: dict[int, str] = {}  # min-nodes: SuperNodes that could not take part, why
         clients = discover_clients(grid, cfg, left_out)  # the clients load their data
-        experiment(grid, cfg, method, settings, writer, clients, left_out)
+        experiment(grid, cfg, method, settings, writer, clients, left_out, initial)
     except ConfigError as exc:
         log(ERROR, "pFedGM app: %s", exc)
         raise
@@ -59,9 +61,10 @@ def experiment(
     writer: RunWriter,
     clients: dict[int, dict],
     left_out: dict[int, str],
+    initial: initial_model.InitialModel | None = None,
 ) -> None:
-    """Phase 1 (rounds), then Phase 2 (personalize), over the discovered `clients`."""
-    writer.write_config(cfg, settings, len(clients))
+    """Phase 1 (rounds), then Phase 2 (personalize), over the discovered `clients`, from
+    `initial` (`initial-model`) when given."""
     protocol = Protocol.of(cfg, int(next(iter(clients.values()))[wire.NUM_PARTITIONS]))
     ranks = partition_ranks(clients)  # the protocol's roles are by partition id
     trained = None
@@ -79,7 +82,11 @@ def experiment(
     strategy = build_strategy(cfg, method, ranks, trained, reported=clients)
     evaluation.strategy = strategy
     arrays = initial_arrays(cfg, method.plugin(settings), *model_input(clients))
+    if initial is not None:
+        arrays = initial_model.fit(initial, arrays)
+        log(INFO, "pFedGM app: starting from %s", initial.describe())
     strategy.check_initial(arrays)
+    writer.write_config(cfg, settings, len(clients))  # the first file: every check passed
     done = 0
     if cfg.resume:
         done, arrays = resume(cfg, writer, strategy, method, arrays)

@@ -11,10 +11,11 @@ Messages and their records (R = RecordDict key):
 | `train`                | ARRAYS, CONFIG (ROUND), EXTRAS (optional) | ARRAYS, METRICS, EXTRAS?   |
 | `train.personalize`    | ARRAYS, CONFIG, EXTRAS (optional)         | METRICS: ACCURACY, ...     |
 
-A node whose data cannot be loaded answers `query` with UNAVAILABLE (a ConfigRecord whose REASON
-says why, in one line) instead of raising: the server names the node and the reason before
-round 1. Messages carry per-round values only; the run's settings reach every ClientApp through
-`context.run_config`.
+A node whose data cannot be loaded, or that cannot keep its personalized model, answers `query`
+with UNAVAILABLE (a ConfigRecord whose REASON says why, in one line, and CAUSE what) instead of
+raising: the server names the node and the reason before round 1. Messages carry per-round
+values only; the run's settings reach every ClientApp through `context.run_config`. The
+personalize reply holds metrics only: the personalized model stays on the device.
 """
 
 PERSONALIZE = "personalize"  # the ClientApp's `@app.train(PERSONALIZE)` action
@@ -30,6 +31,7 @@ UNAVAILABLE = "unavailable"  # a query reply's ConfigRecord: this node cannot ta
 # ConfigRecord keys
 ROUND = "server-round"  # set by Flower's strategies in every train message
 REASON = "reason"  # UNAVAILABLE's: why, in one line ("data-path '/x' does not exist ...")
+CAUSE = "cause"  # UNAVAILABLE's: what cannot be had, "data" (when absent) or "model-dir"
 
 # MetricRecord keys
 NUM_EXAMPLES = "num-examples"  # training samples: the weight of the average

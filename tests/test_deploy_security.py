@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 from flwr.app import Array, ArrayRecord, MetricRecord
+from safetensors import safe_open
 
 from devtools.deployment import start_deployment
 from devtools.launch import offline_env, run_app, stop_local_superlink
-from devtools.reference import leaves_device_block, privacy_page, record_replies
+from devtools.reference import leaves_device_block, privacy_page
 from pfedgm_app import wire
 from pfedgm_app.methods import METHODS
 
@@ -120,18 +121,23 @@ def test_tls_deployment_admits_registered_supernodes_only(tmp_path, mnist):
     assert [n["status"] for n in nodes] == ["online", "online"], nodes  # the refused one: absent
 
 
+def _fingerprint(array) -> tuple:
+    return array.shape, str(array.dtype), array.tobytes()
+
+
 FEDPAC_EXTRAS = {"head.weight", "head.bias", wire.PROTOS, wire.CLASS_COUNTS, wire.VARIANCE,
                  wire.H_REF}  # fmt: skip
 
 
-def test_what_leaves_a_device_is_what_docs_privacy_says(tmp_path, mnist):
+def test_what_leaves_a_device_is_what_docs_privacy_says(every_method_run):
     """Every method through the real ClientApp (`devtools.inprocess`, MNIST, two clients, two
     rounds): each reply holds only arrays and numeric metrics; a train reply's arrays are whole
     model parts (each array of its parameter's shape), the parts the method declares, plus
     FedPAC's declared statistics, none with the client's number of samples as a dimension (no
     images, features or labels). pFedGM sends phi (`generator`), psi (`head.mu`, `head.b`), nu
-    (`head.A`) and counts: no prototypes. docs/privacy.md is the page these replies make."""
-    replies, models = record_replies(mnist, tmp_path)
+    (`head.A`) and counts: no prototypes. No array of the personalized model a device saved is
+    in any reply. docs/privacy.md is the page these replies make."""
+    workdir, replies, models = every_method_run
     for name, method in METHODS.items():
         model = models[name]
         shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
@@ -158,6 +164,15 @@ def test_what_leaves_a_device_is_what_docs_privacy_says(tmp_path, mnist):
         for content in last_round:
             assert set(content["arrays"]) == declared, name
             assert set(content.get("extras", {})) == (FEDPAC_EXTRAS if name == "fedpac" else set())
+        saved = sorted((workdir / name / "models").glob("client-*.safetensors"))
+        assert len(saved) == 2, name
+        sent = {_fingerprint(array.numpy()) for _, _, content in replies[name]
+                for record in content.values() if isinstance(record, ArrayRecord)
+                for array in record.values()}  # fmt: skip
+        for path in saved:
+            with safe_open(path, framework="np") as f:
+                kept = {k: _fingerprint(f.get_tensor(k)) for k in f.keys()}
+            assert not {k for k, v in kept.items() if v in sent}, (name, path.name)
     pfedgm = {k for _, kind, c in replies["pfedgm"] if kind == "train" for k in c["arrays"]}
     generator = set(models["pfedgm"].part_keys("generator"))
     assert pfedgm == generator | {"head.mu", "head.b", "head.A"}  # phi, psi, nu

@@ -138,11 +138,17 @@ def test_deployment_of_devices_with_their_own_data_survives_a_bad_and_a_killed_o
     killed once round 1 is logged, its messages come back as errors, round 2 goes on with the
     other two, and the personalize round reports it. FedPer's heads live only in each
     SuperNode's `context.state`: a personalized accuracy far above chance needs them to persist
-    across rounds and into the personalize round.
+    across rounds and into the personalize round. Each device that was personalized keeps its
+    model in its `model-dir`, and predicts with it; the killed device, back after training,
+    joins a run from the stored global model with no rounds and gets its own.
     """
+    import subprocess
+    import sys
     import threading
 
     from devtools.devices import write_devices
+    from pfedgm_app.personal_model import load
+    from tests.test_device_models import write_images
 
     home = tmp_path / "flwr-home"
     env = {**offline_env(home), "OMP_NUM_THREADS": "1", "PFEDGM_CACHE_DIR": str(tmp_path / "c")}
@@ -150,7 +156,9 @@ def test_deployment_of_devices_with_their_own_data_survives_a_bad_and_a_killed_o
            "client-threads": 1, "min-nodes": 2, "dataset": str(mnist),
            "output-dir": str(tmp_path / "out")}  # fmt: skip
     devices = write_devices(cfg, 3, tmp_path / "devices")
-    nodes = [f"partition-id={i} data-path='{d}'" for i, d in enumerate(devices)]
+    kept = [tmp_path / "kept" / str(i) for i in range(3)]  # each device's model-dir
+    nodes = [f"partition-id={i} data-path='{d}' model-dir='{kept[i]}'"
+             for i, d in enumerate(devices)]  # fmt: skip
     deployment = start_deployment(home, [*nodes, f"data-path='{tmp_path / 'nothing'}'"], env)
     out = tmp_path / "out"
 
@@ -160,8 +168,17 @@ def test_deployment_of_devices_with_their_own_data_survives_a_bad_and_a_killed_o
         deployment.kill_supernode(2)
 
     threading.Thread(target=kill_after_round_1, daemon=True).start()
+    joined, saved = None, {}
     try:
         run = run_app(cfg, 3, env, timeout=900, federation=deployment.federation)
+        if run.ok:  # on each device, its model (the run after this one replaces it)
+            saved = {i: load(kept[i] / f"client-{i}.safetensors").meta for i in (0, 1)}
+            assert not (kept[2] / "client-2.safetensors").exists()  # killed before Phase 2
+            # device 2 is back: the personalize round alone, on the 3 devices up now
+            deployment.add_supernode(nodes[2])
+            again = {**cfg, "num-server-rounds": 0, "initial-model": str(out), "min-nodes": 3,
+                     "output-dir": str(tmp_path / "joined")}  # fmt: skip
+            joined = run_app(again, 3, env, timeout=600, federation=deployment.federation)
     finally:
         deployment.stop()
         stop_local_superlink(home)  # in case a CLI call started a managed one there
@@ -174,6 +191,18 @@ def test_deployment_of_devices_with_their_own_data_survives_a_bad_and_a_killed_o
     assert f"data-path '{tmp_path / 'nothing'}' does not exist" in bad, bad
     assert run.summary["mean_accuracy"] > 40, run.summary  # chance is 10%
     assert len(list((tmp_path / "c" / "clients").glob("*.npz"))) == 3  # decoded once each
+    with open(out / "clients.csv") as f:
+        reported = {int(float(r["partition-id"])): float(r["accuracy"]) for r in csv.DictReader(f)}
+    assert {i: meta["accuracy"] for i, meta in saved.items()} == reported
+    assert joined is not None and joined.ok, joined and joined.log[-3000:]
+    assert joined.summary["rounds"] == 0 and joined.summary["num_clients_evaluated"] == 3
+    model = kept[2] / "client-2.safetensors"
+    assert load(model).meta["initial-model"] == str(out)
+    images = write_images(mnist, tmp_path / "images", 3)
+    command = [sys.executable, "-m", "pfedgm_app.predict", str(model), str(images), "--json"]
+    predicted = subprocess.run(command, capture_output=True, text=True, check=True)
+    classes = [json.loads(line)["class"] for line in predicted.stdout.splitlines()]
+    assert len(classes) == 3 and set(classes) <= set("0123456789")
 
 
 def test_64px_data_runs_pfedgm_end_to_end(flower_env, tmp_path, tinyimagenet):

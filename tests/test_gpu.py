@@ -101,7 +101,7 @@ def test_pfedgm_personalize_on_cuda_matches_cpu():
         torch.manual_seed(0)
         plugin = _plugin("pfedgm")
         model = plugin.build_model(SHAPE, K).to(device)
-        reports.append(plugin.personalize(model.eval(), _task(device)))
+        reports.append(plugin.personalize(model.eval(), _task(device)).metrics)
     for key, value in reports[0].items():
         assert abs(reports[1][key] - value) <= 1 / 20 + 1e-9, key
 
@@ -120,7 +120,7 @@ def test_every_method_trains_and_personalizes_on_cuda(name):
         fresh.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
         plugin.restore(fresh, task)
         model = fresh.to(CUDA)
-    metrics = plugin.personalize(model, task)
+    metrics = plugin.personalize(model, task).metrics
     assert all(0.0 <= v <= 1.0 for k, v in metrics.items() if k.startswith("acc")), metrics
 
 

@@ -86,7 +86,7 @@ def test_pfedgm_personalize_reports_accuracy_and_ablation_points():
     model = _model("pfedgm")
     method.train(model, task)
     frozen = {k: v.clone() for k, v in model.state_dict().items()}
-    result = method.personalize(model, task)
+    result = method.personalize(model, task).metrics
     assert {"accuracy", "acc-global", "acc-global-cov", "acc-finetune"} <= set(result)
     assert all(0 <= v <= 1 for v in result.values())
     # Phase 2 freezes the generator and the global head
@@ -97,7 +97,7 @@ def test_fedavgft_fine_tunes_before_evaluating():
     method, task = plugin("fedavgft"), _task()
     model = _model("fedavgft")
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    result = method.personalize(model, task)
+    result = method.personalize(model, task).metrics
     assert {"accuracy", "acc-global"} <= set(result)
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
 
@@ -170,7 +170,7 @@ def test_fedbabu_never_changes_the_head_during_training_and_fine_tunes_the_whole
     assert torch.equal(model.head.weight, before["head.weight"])
     body = model.generator.features[0].weight.clone()
     assert not torch.equal(body, before["generator.features.0.weight"])
-    result = plugin("fedbabu").personalize(model, task)  # the authors': body and head
+    result = plugin("fedbabu").personalize(model, task).metrics  # the authors': body and head
     assert {"accuracy", "acc-global"} <= set(result)
     assert not torch.equal(model.head.weight, before["head.weight"])
     assert not torch.equal(model.generator.features[0].weight, body)
@@ -204,7 +204,7 @@ def test_ditto_keeps_the_personal_model_local_and_sends_the_global():
     assert set(reply.arrays) == set(model.state_dict())
     personal = task.state.load(PERSONAL)
     assert any(not torch.equal(personal[k], v) for k, v in model.state_dict().items())
-    result = method.personalize(model, task)
+    result = method.personalize(model, task).metrics
     assert {"accuracy", "acc-global"} <= set(result)
 
 
@@ -235,7 +235,7 @@ def test_fedrep_trains_head_then_body_keeps_the_head_and_refits_it_at_the_end(mo
     assert calls == [(head, 2), (body, 3)]
     assert set(reply.arrays) == set(model.state_dict()) - {"head.weight", "head.bias"}
     body_before = model.generator.features[0].weight.clone()
-    result = method.personalize(model, task)
+    result = method.personalize(model, task).metrics
     assert calls[2:] == [(head, 4)] and {"accuracy", "acc-global"} <= set(result)
     assert torch.equal(model.generator.features[0].weight, body_before)
 
@@ -286,7 +286,7 @@ def test_pfedme_sends_w_keeps_theta_and_theta_is_pulled_toward_w_as_lambda_grows
         distances.append(sum((theta[k] - w[k]).pow(2).sum() for k in w).sqrt().item())
         assert metrics["pfedme-inner-grad-norm"] > 0
     assert distances[0] > distances[1] > distances[2] > 0
-    result = method.personalize(model, task)
+    result = method.personalize(model, task).metrics
     assert {"accuracy", "acc-local-model", "acc-global", "pfedme-inner-grad-norm"} <= set(result)
 
 
@@ -335,7 +335,7 @@ def test_pfedfda_trains_the_body_only_and_sends_interpolated_statistics():
     cov = model.head.cov
     assert torch.allclose(cov, cov.T) and torch.linalg.eigvalsh(cov).min() > 0
     assert not torch.equal(model.head.mu, before["head.mu"])  # interpolated toward local
-    result = method.personalize(model, task)
+    result = method.personalize(model, task).metrics
     assert 0 <= result["pfedfda-beta-mean"] <= 1 and 0 <= result["pfedfda-beta-cov"] <= 1
     assert {"accuracy", "acc-global"} <= set(result)
 
@@ -431,7 +431,7 @@ def test_every_method_runs_a_round_and_personalizes_on_64px_images():
         model = method.build_model((3, 64, 64), K)
         reply = method.train(model, task)
         assert all(torch.isfinite(v).all() for v in reply.arrays.values()), name
-        result = method.personalize(method.build_model((3, 64, 64), K), task)
+        result = method.personalize(method.build_model((3, 64, 64), K), task).metrics
         assert 0 <= result["accuracy"] <= 1, name
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 from .cache import cache_dir
 from .clients import load_client_data
 from .device import DeviceData, load_device_data
-from .labels import KNOWN_CLASSES, map_labels, run_classes
+from .labels import KNOWN_CLASSES, class_names, map_labels, run_classes
 from .partition import (
     client_indices,
     client_split,
@@ -51,6 +51,7 @@ __all__ = [
     "PoolInfo",
     "Protocol",
     "cache_dir",
+    "class_names",
     "client_indices",
     "client_split",
     "corruption_pair",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..config import ConfigError, parse_classes
-from .sources import PoolInfo, _columns, _image_folder, resolve_dataset
+from .sources import PoolInfo, _columns, _image_folder, load_pool, resolve_dataset
 
 if TYPE_CHECKING:
     import datasets
@@ -52,6 +52,16 @@ def run_classes(classes: str, dataset: str) -> tuple[str, ...]:
             "set run-config classes='name0,name1,...' to the model's classes"
         )
     return names
+
+
+def class_names(classes: str, dataset: str) -> tuple[str, ...]:
+    """The names of a client's classes, in the model's order: `run_classes`, or where the
+    dataset declares none without being read (a hub id outside `KNOWN_CLASSES`, labels stored
+    as integers) the names its pool gives ('0', '1', ... for integers)."""
+    try:
+        return run_classes(classes, dataset)
+    except ConfigError:
+        return _names(load_pool(dataset))
 
 
 def _dataset_classes(dataset: str) -> tuple[str, ...]:

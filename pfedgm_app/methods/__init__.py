@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import ConfigError, RunConfig, Settings
 from ..presets import apply_preset
-from .base import ClientPlugin, ClientState, ClientTask, Method, Reply
+from .base import ClientPlugin, ClientState, ClientTask, Method, Personalized, Reply
 from .ditto import DITTO
 from .fedavg import FEDAVG, FEDAVGFT, LOCAL
 from .fedpac import FEDPAC
@@ -108,6 +108,7 @@ __all__ = [
     "ClientTask",
     "ClientState",
     "Method",
+    "Personalized",
     "Reply",
     "get_method",
     "parse_run_config",

@@ -3,7 +3,8 @@ a server strategy and its own hyperparameters, declared once as a `Method`.
 
 A client plug-in builds its model, trains it for one round and returns what it sends (`Reply`),
 names the parameters it keeps on the client (`kept_keys`, stored in `ClientState`, never sent),
-and personalizes + evaluates at the end.
+and personalizes + evaluates at the end (`Personalized`: the metrics it reports and the model
+they are of, which the device keeps, `personal_model`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,22 @@ class Reply:
     arrays: dict[str, torch.Tensor]
     metrics: dict[str, float]
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class Personalized:
+    """A client's personalize round: `metrics` (at least `accuracy`, of `model` on the client's
+    test split) and `model`, the module evaluated (images -> logits; its head one of
+    `personal_model.HEADS`), which the ClientApp saves on the device and never sends.
+    """
+
+    metrics: dict[str, float]
+    model: Model
+
+
+def accuracy_on_test(model: nn.Module, task: ClientTask) -> float:
+    """`model`'s accuracy on the client's test split."""
+    return accuracy(model, task.data.x_test, task.data.y_test)
 
 
 class ClientState:
@@ -139,9 +156,10 @@ class ClientPlugin:
         metrics = task.epochs(supervised_step(model), model.parameters(), task.cfg.local_epochs)
         return self.send(model, task, metrics)
 
-    def personalize(self, model: Model, task: ClientTask) -> dict[str, float]:
-        """Final round on every client: returns at least `accuracy` on the client's test split."""
-        return {"accuracy": accuracy(model, task.data.x_test, task.data.y_test)}
+    def personalize(self, model: Model, task: ClientTask) -> Personalized:
+        """Final round on every client: the model it is evaluated with (here the received
+        global model with what the client kept) and at least its `accuracy`."""
+        return Personalized({"accuracy": accuracy_on_test(model, task)}, model)
 
     def restore(self, model: Model, task: ClientTask) -> None:
         """Load the parameters this client kept (absent before its first round)."""

@@ -15,8 +15,8 @@ import torch
 
 from ..config import Settings, at_least
 from ..models import Model
-from ..training import accuracy, supervised_step
-from .base import ClientPlugin, ClientTask, Method, Reply
+from ..training import supervised_step
+from .base import ClientPlugin, ClientTask, Method, Personalized, Reply, accuracy_on_test
 
 PERSONAL = "ditto-personal"  # ClientState name of the personal model (never sent)
 
@@ -52,11 +52,11 @@ class DittoClient(ClientPlugin):
         task.state.save(PERSONAL, personal.state_dict())
         return super().train(model, task)
 
-    def personalize(self, model: Model, task: ClientTask) -> dict:
-        global_acc = super().personalize(model, task)["accuracy"]
+    def personalize(self, model: Model, task: ClientTask) -> Personalized:
+        global_acc = accuracy_on_test(model, task)
         personal = self._personal(model, task)
-        return {"accuracy": accuracy(personal, task.data.x_test, task.data.y_test),
-                "acc-global": global_acc}  # fmt: skip
+        metrics = {"accuracy": accuracy_on_test(personal, task), "acc-global": global_acc}
+        return Personalized(metrics, personal)
 
     @staticmethod
     def _personal(model: Model, task: ClientTask) -> Model:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..config import ConfigError, RunConfig, Settings, at_least
 from ..models import Model
 from ..training import frozen, supervised_step
-from .base import ClientPlugin, ClientTask, Method
+from .base import ClientPlugin, ClientTask, Method, Personalized, accuracy_on_test
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,13 @@ class FedAvgClient(ClientPlugin):
 class FedAvgFTClient(ClientPlugin):
     """FedAvg, then `finetune-epochs` (default 5) local epochs of the whole model per client."""
 
-    def personalize(self, model: Model, task: ClientTask) -> dict:
+    def personalize(self, model: Model, task: ClientTask) -> Personalized:
         """Fine-tune (`FineTune`), then evaluate; `acc-global` is the model before it."""
-        global_acc = ClientPlugin.personalize(self, model, task)["accuracy"]
+        global_acc = accuracy_on_test(model, task)
         fine_tune(model, task, self.settings.finetune_epochs, self.settings.finetune_part)
-        return {**ClientPlugin.personalize(self, model, task), "acc-global": global_acc}
+        return Personalized(
+            {"accuracy": accuracy_on_test(model, task), "acc-global": global_acc}, model
+        )
 
 
 def fine_tune(model: Model, task: ClientTask, epochs: int, part: str = "model") -> None:

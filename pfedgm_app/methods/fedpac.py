@@ -27,7 +27,7 @@ from ..gaussian import class_means
 from ..models import Model
 from ..strategies import FedPAC
 from ..training import apply_batched, frozen, supervised_step
-from .base import ClientPlugin, ClientTask, Method, Reply
+from .base import ClientPlugin, ClientTask, Method, Personalized, Reply
 
 
 def feature_statistics(
@@ -94,7 +94,7 @@ class FedPACClient(ClientPlugin):
         }
         return self.send(model, task, metrics, extras)
 
-    def personalize(self, model: Model, task: ClientTask) -> dict:
+    def personalize(self, model: Model, task: ClientTask) -> Personalized:
         """The client's combined head (from its last round) on the final global body."""
         self._receive_head(model, task)
         return super().personalize(model, task)

@@ -26,7 +26,7 @@ from ..config import Settings, at_least
 from ..models import Model, build_model
 from ..strategies import PFedFDA
 from ..training import accuracy, apply_batched
-from .base import ClientPlugin, ClientTask, Method, Reply
+from .base import ClientPlugin, ClientTask, Method, Personalized, Reply
 
 SHRINKAGE = 1e-4  # LDA's Sigma' = (1 - eps) Sigma + eps tr(Sigma)/d I, and the prior floor
 COVARIANCE_RIDGE = 1.0  # identity added to the estimated covariance, as the authors' code does
@@ -183,8 +183,9 @@ class PFedFDAClient(ClientPlugin):
         betas = self._adapt_(head, torch.cat(seen_z), torch.cat(seen_y), priors, task)
         return self.send(model, task, {**metrics, **betas})
 
-    def personalize(self, model: Model, task: ClientTask) -> dict:
-        """Statistics from the final body's features of the train split, adapted as in training."""
+    def personalize(self, model: Model, task: ClientTask) -> Personalized:
+        """Statistics from the final body's features of the train split, adapted as in training;
+        the model is the final body under the adapted LDA head."""
         head, data = model.head, task.data
         z_train = apply_batched(model.generator, data.x_train)
         z_test = apply_batched(model.generator, data.x_test)
@@ -193,7 +194,7 @@ class PFedFDAClient(ClientPlugin):
         result = {"acc-global": accuracy(head, z_test, data.y_test)}
         priors = local_priors(data.y_train, data.num_classes).to(z_train)
         result.update(self._adapt_(head, z_train, data.y_train, priors, task))
-        return {**result, "accuracy": accuracy(head, z_test, data.y_test)}
+        return Personalized({**result, "accuracy": accuracy(head, z_test, data.y_test)}, model)
 
     def _adapt_(self, head: LDAHead, z: torch.Tensor, y: torch.Tensor, priors, task: ClientTask):
         """Set head.mu / head.cov to the interpolated statistics and fit the classifier."""

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from ..config import ConfigError, Settings, above, at_least
 from ..gaussian import NAVIGATOR_INITS, GaussianHead
 from ..models import Model, build_model
-from ..phases import personalize, train_round
+from ..phases import personalized_head, train_round
 from ..strategies import PFedGM
-from .base import ClientPlugin, ClientTask, Method, Reply
+from .base import ClientPlugin, ClientTask, Method, Personalized, Reply
 
 
 @dataclass(frozen=True)
@@ -57,18 +57,19 @@ class PFedGMClient(ClientPlugin):
         )  # fmt: skip
         return self.send(model, task, metrics)
 
-    def personalize(self, model: Model, task: ClientTask) -> dict:
-        """Phase 2: `phases.personalize` (personalized head by SGD on Eq. LossC, then L-BFGS
-        on its biases), with the paper's adaptation ablation points."""
+    def personalize(self, model: Model, task: ClientTask) -> Personalized:
+        """Phase 2: `phases.personalized_head` (by SGD on Eq. LossC, then L-BFGS on its
+        biases), with the paper's adaptation ablation points; the client's model is phi* under
+        that head."""
         settings, data = self.settings, task.data
-        result = personalize(
+        head, result = personalized_head(
             model.generator, model.head, (data.x_train, data.y_train),
             (data.x_test, data.y_test), **self._shared(task), epochs=settings.personal_epochs,
             lr=settings.personal_learning_rate, lbfgs_lr=settings.lbfgs_learning_rate,
             lbfgs_max_iter=settings.lbfgs_max_iter, lbfgs_cycles=settings.lbfgs_cycles,
         )  # fmt: skip
         result.pop("num-test")  # the ClientApp reports the sizes
-        return result
+        return Personalized(result, Model(model.generator, head))
 
 
 PFEDGM = Method(

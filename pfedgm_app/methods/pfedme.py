@@ -34,8 +34,8 @@ from torch import nn
 
 from ..config import Settings, above, at_least
 from ..models import Model
-from ..training import accuracy, run_epochs, supervised_step
-from .base import ClientPlugin, ClientTask, Method, Reply
+from ..training import run_epochs, supervised_step
+from .base import ClientPlugin, ClientTask, Method, Personalized, Reply, accuracy_on_test
 
 PERSONAL = "pfedme-personal"  # ClientState name of theta (never sent)
 
@@ -113,15 +113,15 @@ class PFedMeClient(ClientPlugin):
         task.state.save(PERSONAL, personal.state_dict())
         return self.send(model, task, metrics)
 
-    def personalize(self, model: Model, task: ClientTask) -> dict:
-        global_acc = super().personalize(model, task)["accuracy"]
+    def personalize(self, model: Model, task: ClientTask) -> Personalized:
+        global_acc = accuracy_on_test(model, task)
         personal, metrics = self._client_update(model, task)
-        return {
-            "accuracy": accuracy(personal, task.data.x_test, task.data.y_test),
-            "acc-local-model": accuracy(model, task.data.x_test, task.data.y_test),  # w_i
+        return Personalized({
+            "accuracy": accuracy_on_test(personal, task),  # theta: the client's model
+            "acc-local-model": accuracy_on_test(model, task),  # w_i
             "acc-global": global_acc,
             "pfedme-inner-grad-norm": metrics["pfedme-inner-grad-norm"],
-        }
+        }, personal)  # fmt: skip
 
     def _client_update(self, model: Model, task: ClientTask) -> tuple[Model, dict]:
         """One round of pFedMe on `model` (w, updated in place); returns theta and metrics."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..config import ConfigError, RunConfig, Settings, at_least
 from ..models import Model
 from ..training import frozen, supervised_step
-from .base import ClientPlugin, ClientTask, Method, Reply
+from .base import ClientPlugin, ClientTask, Method, Personalized, Reply, accuracy_on_test
 from .fedavg import FedAvgFTClient, FineTune, fine_tune
 
 
@@ -121,10 +121,11 @@ class FedRepClient(ClientPlugin):
             metrics = task.epochs(step, model.generator.parameters(), task.cfg.local_epochs)
         return self.send(model, task, metrics)
 
-    def personalize(self, model: Model, task: ClientTask) -> dict:
-        global_acc = super().personalize(model, task)["accuracy"]  # its last head, the final body
+    def personalize(self, model: Model, task: ClientTask) -> Personalized:
+        global_acc = accuracy_on_test(model, task)  # its last head, the final body
         fine_tune(model, task, self.settings.refit_epochs, "head")
-        return {**super().personalize(model, task), "acc-global": global_acc}
+        metrics = {"accuracy": accuracy_on_test(model, task), "acc-global": global_acc}
+        return Personalized(metrics, model)
 
 
 FEDPER = Method(

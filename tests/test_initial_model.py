@@ -1,0 +1,141 @@
+"""A run from a stored global model (`initial-model`): what cannot work is refused in one line
+before any message (the files, the stored run's method and classes) or, against the model the
+clients' data gives, before any train or personalize message; with `num-server-rounds=0` a run
+is the personalize round alone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from devtools.inprocess import run_inprocess
+from pfedgm_app import initial_model
+from pfedgm_app.config import ConfigError, RunConfig
+from pfedgm_app.methods import get_method, parse_run_config
+from pfedgm_app.server_app import initial_arrays
+
+MNIST, CIFAR = (1, 28, 28), (3, 32, 32)
+
+
+def _stored_run(folder, method="pfedgm", shape=MNIST, classes=10, **keys):
+    """A finished run's global_model.pt and config.json, as `results.RunWriter` writes them."""
+    cfg = RunConfig(method=method, dataset="ylecun/mnist", **keys)
+    folder.mkdir(parents=True)
+    torch.save(dict(_arrays(cfg, shape, classes, seed=1).to_torch_state_dict()),
+               folder / "global_model.pt")  # fmt: skip
+    (folder / "config.json").write_text(json.dumps({**cfg.to_run_config(), "num-clients": 2}))
+    return folder
+
+
+def _arrays(cfg, shape, classes, seed=0):
+    method = get_method(cfg.method)
+    return initial_arrays(RunConfig(seed=seed), method.plugin(), shape, classes)
+
+
+def _cfg(**keys) -> RunConfig:
+    """The run-config of a run with no rounds; `keys` as fields (initial_model=...)."""
+    return parse_run_config({"num-server-rounds": 0,
+                             **{k.replace("_", "-"): v for k, v in keys.items()}})[0]  # fmt: skip
+
+
+def test_the_stored_model_replaces_the_random_one_array_by_array(tmp_path):
+    stored = _stored_run(tmp_path / "run")
+    for given in (stored, stored / "global_model.pt"):  # the folder or the file
+        cfg = _cfg(initial_model=str(given), dataset="ylecun/mnist")
+        initial = initial_model.read(cfg)
+        arrays = initial_model.fit(initial, _arrays(cfg, MNIST, 10))
+        saved = torch.load(stored / "global_model.pt")
+        assert list(arrays) == list(saved)
+        assert all(torch.equal(torch.from_numpy(arrays[k].numpy()), v) for k, v in saved.items())
+
+
+@pytest.mark.parametrize(
+    ("make", "keys", "message"),
+    [
+        (lambda d: d, {}, "no file"),
+        (lambda d: (_stored_run(d), (d / "config.json").unlink(), d)[-1], {},
+         "no readable config.json beside global_model.pt"),
+        (lambda d: _stored_run(d), {"method": "fedavg"},
+         "is a pfedgm model and this run's method is fedavg: set method='pfedgm'"),
+        (lambda d: _stored_run(d), {"classes": "a,b,c,d,e,f,g,h,i,j"},
+         "was trained on the classes of ylecun/mnist (0, 1, 2, 3, 4, ... (10)), this run's are "
+         "a, b, c, d, e, ... (10)"),
+        (lambda d: (_stored_run(d), (d / "global_model.pt").write_text("x"), d)[-1], {},
+         "is not a readable model"),
+    ],
+)  # fmt: skip
+def test_what_cannot_work_is_refused_before_any_message(tmp_path, make, keys, message):
+    given = make(tmp_path / "run")
+    cfg = _cfg(initial_model=str(given), dataset="ylecun/mnist", **keys)
+    with pytest.raises(ConfigError) as err:
+        initial_model.read(cfg)
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("shape", "classes", "message"),
+    [
+        (CIFAR, 10, "generator.features.0.weight is ((16, 1, 5, 5), 'float32') there, "
+         "((16, 3, 5, 5), 'float32') here"),
+        (MNIST, 100, "head.mu is ((10, 128), 'float32') there, ((100, 128), 'float32') here"),
+    ],
+)  # fmt: skip
+def test_a_model_of_other_images_or_classes_does_not_fit_the_clients(tmp_path, shape, classes,
+                                                                    message):  # fmt: skip
+    cfg = _cfg(initial_model=str(_stored_run(tmp_path / "run")), dataset="ylecun/mnist")
+    initial = initial_model.read(cfg)
+    with pytest.raises(ConfigError) as err:
+        initial_model.fit(initial, _arrays(cfg, shape, classes))
+    assert message in str(err.value) and "a pfedgm model of" in str(err.value), str(err.value)
+
+
+def test_no_rounds_need_an_initial_model():
+    with pytest.raises(ConfigError, match="num-server-rounds=0 trains nothing: give initial"):
+        parse_run_config({"num-server-rounds": 0})
+    with pytest.raises(ConfigError, match="num-server-rounds must be >= 0"):
+        parse_run_config({"num-server-rounds": -1})
+
+
+TINY = {"local-epochs": 1, "personal-epochs": 1, "lbfgs-cycles": 1, "pool-size": 600,
+        "fraction-train": 1.0, "client-threads": 1}  # fmt: skip
+
+
+def _recording(kinds):
+    from devtools.inprocess import app_component
+
+    client_app = app_component("clientapp")
+
+    def recording(msg, context):
+        kinds.append(msg.metadata.message_type)
+        return client_app(msg, context)
+
+    return recording
+
+
+def test_a_run_with_no_rounds_only_personalizes_and_a_misfit_sends_nothing(tmp_path, mnist):
+    """In process, MNIST: one trained round, then `num-server-rounds=0` from its output: the
+    clients are asked who they are, then personalize (no train message); each keeps a model
+    that says where its phi came from. A run of other classes from it sends no message."""
+    trained = tmp_path / "trained"
+    run_inprocess({**TINY, "num-server-rounds": 1, "dataset": str(mnist),
+                   "output-dir": str(trained)}, 2)  # fmt: skip
+    kinds: list[str] = []
+    cfg = {**TINY, "num-server-rounds": 0, "initial-model": str(trained), "dataset": str(mnist),
+           "output-dir": str(tmp_path / "joined")}  # fmt: skip
+    summary, _ = run_inprocess(cfg, 2, client_app=_recording(kinds))
+    assert kinds == ["query"] * 2 + ["train.personalize"] * 2
+    assert summary["rounds"] == 0 and summary["num_clients_evaluated"] == 2
+    rows = [json.loads(r) for r in (tmp_path / "joined" / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [0] and "loss" not in rows[0]
+    from pfedgm_app.personal_model import load
+
+    meta = load(tmp_path / "joined" / "models" / "client-1.safetensors").meta
+    assert (meta["server-round"], meta["initial-model"]) == (0, str(trained))
+    kinds.clear()
+    classes = ",".join(f"c{i}" for i in range(100))
+    with pytest.raises(ConfigError, match="was trained on the classes of"):
+        run_inprocess({**cfg, "classes": classes, "output-dir": str(tmp_path / "misfit")}, 2,
+                      client_app=_recording(kinds))  # fmt: skip
+    assert kinds == []
