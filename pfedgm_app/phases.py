@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .gaussian import (
@@ -39,6 +40,26 @@ from .gaussian import (
 from .training import accuracy, apply_batched, evaluating, make_sgd, run_batches, run_epochs
 
 Data = tuple[torch.Tensor, torch.Tensor] | Iterable[tuple[torch.Tensor, torch.Tensor]]
+
+# The paper's ablations (Sec. Ablation Studies) as switches; the last value of each is pFedGM.
+# Phase 1, Table "decope": "G.M. denotes training without the decoupling mechanism; G.M. - C.
+# denotes using the decoupling mechanism but removing the statistic extractor; and G.M. + D.
+# represents our proposed method, which employs the decoupling mechanism along with the
+# statistic extractor." Read as (`train_round`):
+# - "gm": the conventional Gaussian classifier, not decoupled: H(phi, psi, nu) (Eq. H, with
+#   the covariance) trained on phi, mu, b and A jointly, as one discriminative head;
+# - "gm-c": the navigator alone, H(phi, psi, E) (Eq. LossH), no nu co-update: A stays E;
+# - "gm-d": the navigator on Eq. LossH and nu co-updated by Eq. cov_approx (pFedGM).
+DECOUPLINGS = ("gm", "gm-c", "gm-d")
+# Phase 2, Table "adaptation": NA "applies no personalized classifier head adaptation", FA
+# "employs only fine-tuning of the classifier head", GA "further incorporates a fine-grained
+# adjustment of b_i following the fine-tuning step" (`personalized_head`).
+ADAPTATIONS = ("none", "finetune", "finetune-lbfgs")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
 def _is_tensors(data: Data) -> bool:
@@ -107,6 +128,8 @@ def train_round(
     batch_size: int = 50,
     rng: torch.Generator | None = None,
     dropout: nn.Module | None = None,
+    personalized: bool = True,
+    decoupling: str = "gm-d",
 ) -> dict[str, float]:
     """Phase 1 on client i in round r (Algorithm 1), in place on `generator` and `head`:
     `epochs` epochs of Eq. (main_loss), H(phi, psi, E) + lam R_c(phi), on phi and psi, with
@@ -119,21 +142,36 @@ def train_round(
     to positive values (`head.project_`). `dropout` (e.g. TinyImageNet's) sits between z and
     the navigator; R_c takes z before it. Returns the mean loss, the sample-passes and the
     seconds of the prototype pass (`seconds-prototypes`).
+
+    Ablations: `personalized=False` is NPO, H alone (R_c and its prototypes dropped, so no
+    prototype pass: `seconds-prototypes` is 0); `decoupling` is one of `DECOUPLINGS`.
     """
+    _check_choice("decoupling", decoupling, DECOUPLINGS)
     dropout = dropout if dropout is not None else nn.Identity()
     generator.train(), dropout.train()
     start = time.perf_counter()
-    z, y = features(generator, data)
-    check_features(z, y, head)
-    prototypes, counts = class_means(z, y, head.mu.shape[0], head.mu)
-    seconds_prototypes = time.perf_counter() - start
+    if personalized:
+        z, y = features(generator, data)
+        check_features(z, y, head)
+        prototypes, counts = class_means(z, y, head.mu.shape[0], head.mu)
+    seconds_prototypes = time.perf_counter() - start if personalized else 0.0
+
+    unchecked = [not personalized]  # without the prototype pass, check the first batch
 
     def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         z = generator(xb)
+        if unchecked:
+            check_features(z, yb, head), unchecked.clear()
         zd = dropout(z)  # the navigator's input
-        loss = shared_objective(zd, yb, head) + lam * personalized_objective(z, yb, prototypes)
-        loss = loss + covariance_objective(zd, yb, head)  # reaches A only
-        update_prototypes_(prototypes, z, yb, counts)
+        if decoupling == "gm":  # one Gaussian classifier: H(phi, psi, nu) on all of them
+            loss = F.cross_entropy(head.covariance_logits(zd), yb)
+        else:
+            loss = shared_objective(zd, yb, head)
+        if personalized:
+            loss = loss + lam * personalized_objective(z, yb, prototypes)
+            update_prototypes_(prototypes, z, yb, counts)
+        if decoupling == "gm-d":
+            loss = loss + covariance_objective(zd, yb, head)  # reaches A only
         return loss
 
     params = [
@@ -162,6 +200,7 @@ def personalized_head(
     lbfgs_max_iter: int = 10,
     lbfgs_cycles: int = 5,
     rng: torch.Generator | None = None,
+    adaptation: str = "finetune-lbfgs",
 ) -> tuple[PersonalizedHead, dict[str, float]]:
     """Phase 2 on a client: phi frozen, the personalized head (Eq. LossC) fitted by SGD on the
     client's features (`epochs` at `lr`), then its biases refined by L-BFGS (`lbfgs_cycles`
@@ -173,7 +212,15 @@ def personalized_head(
     the paper's adaptation ablation: `acc-global` (the global navigator alone),
     `acc-global-cov` (with the global covariance), `acc-finetune` (after fine-tuning, before
     L-BFGS); and `num-test`.
+
+    `adaptation` (one of `ADAPTATIONS`) stops Phase 2 early, so that the returned head and its
+    `accuracy` are the ablation point: "finetune-lbfgs" is GA (pFedGM), "finetune" is FA (no
+    L-BFGS), "none" is NA: the global Gaussian classifier (phi*, psi*, nu*) as Phase 1 returns
+    it, with its covariance A* (the head Eq. LossC starts from, without the local term zeta),
+    so `accuracy` is `acc-global-cov`; the navigator alone assumes A = E, which the paper calls
+    "the loss of covariance information" that the statistic extractor compensates.
     """
+    _check_choice("adaptation", adaptation, ADAPTATIONS)
     z_train, y_train = features(generator, train)
     z_test, y_test = features(generator, test)
     check_features(z_train, y_train, head)
@@ -181,7 +228,8 @@ def personalized_head(
     # upsilon*_k = E[z | y=k] on the client; a class it never saw has no local evidence, so
     # its prototype is the global mean mu*_k (the prior), which leaves zeta_k uninformative.
     upsilon, _ = class_means(z_train, y_train, head.mu.shape[0], head.mu.detach())
-    ph = PersonalizedHead(head.mu, head.b, head.A, upsilon, lam)
+    # NA: lambda 0 drops zeta, and untrained offsets leave the global head with A*
+    ph = PersonalizedHead(head.mu, head.b, head.A, upsilon, 0.0 if adaptation == "none" else lam)
     result = {
         "acc-global": accuracy(head, z_test, y_test),
         "acc-global-cov": accuracy(head.covariance_logits, z_test, y_test),
@@ -191,9 +239,10 @@ def personalized_head(
         return run_epochs(step, z, y, opt, n, batch_size, rng, after_step)
 
     with torch.enable_grad():
-        fine_tune_(ph, z_train, y_train, run, epochs, lr, momentum, weight_decay)
-        result["acc-finetune"] = accuracy(ph, z_test, y_test)
-        if lbfgs_cycles:
+        if adaptation != "none":
+            fine_tune_(ph, z_train, y_train, run, epochs, lr, momentum, weight_decay)
+            result["acc-finetune"] = accuracy(ph, z_test, y_test)
+        if lbfgs_cycles and adaptation == "finetune-lbfgs":
             refine_biases_(ph, z_train, y_train, lbfgs_lr, lbfgs_max_iter, lbfgs_cycles)
     result["accuracy"] = accuracy(ph, z_test, y_test)
     result["num-test"] = float(len(y_test))

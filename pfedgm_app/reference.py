@@ -115,6 +115,15 @@ MEANINGS: dict[str, str] = {
     "lbfgs-cycles": "Phase 2: L-BFGS cycles (0 skips the refinement)",
     "navigator-init": "scale of mu^0 in psi^0: `standard` N(0, 1) per coordinate (Algorithm 1 "
     "read literally), `scaled` N(0, 1/d)",
+    "adaptation": "Phase 2, the classifier-adaptation ablation: the head saved and reported as "
+    "`accuracy`. `finetune-lbfgs` (GA, pFedGM) fine-tunes Eq. LossC then L-BFGS on the biases; "
+    "`finetune` (FA) stops before L-BFGS; `none` (NA) keeps the global Gaussian classifier "
+    "(psi*, nu*) with its covariance, no local term",
+    "personalized-objective": "false: the NPO ablation, Phase 1 trains on H alone (no R_c, no "
+    "prototypes); unlike lambda = 0, Phase 2 keeps zeta, which lambda scales (2 lambda/d A_c)",
+    "decoupling": "Phase 1, the decoupling ablation: `gm-d` (G.M.+D., pFedGM) navigator on "
+    "Eq. LossH with nu co-updated; `gm-c` (G.M.-C.) navigator alone, A stays E; `gm` (G.M.) "
+    "one Gaussian classifier, H with covariance trained on phi, mu, b and A jointly",
 }
 
 

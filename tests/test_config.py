@@ -93,6 +93,9 @@ def test_a_method_registered_once_is_known_everywhere():
         ({"eval-every": -1}, "eval-every must be >= 0"),
         ({"no-such-key": 1}, "unknown run-config key"),
         ({"navigator-init": "xavier"}, "navigator-init must be one of"),
+        ({"adaptation": "lbfgs"}, "adaptation must be one of"),
+        ({"decoupling": "gm+d"}, "decoupling must be one of"),
+        ({"personalized-objective": "no"}, "personalized-objective must be true or false"),
     ],
 )
 def test_bad_values_raise_clear_errors(override, message):

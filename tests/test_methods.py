@@ -93,6 +93,17 @@ def test_pfedgm_personalize_reports_accuracy_and_ablation_points():
     assert all(torch.equal(frozen[k], v) for k, v in model.state_dict().items())
 
 
+def test_pfedgm_adaptation_none_reports_and_keeps_the_global_head_with_covariance():
+    method, task = plugin("pfedgm", adaptation="none"), _task()
+    model = _model("pfedgm")
+    method.train(model, task)
+    out = method.personalize(model, task)
+    assert out.metrics["accuracy"] == out.metrics["acc-global-cov"]
+    assert out.model.generator is model.generator and out.model.head.lam == 0.0
+    z = model.generator(task.data.x_test).detach()
+    torch.testing.assert_close(out.model.head(z), model.head.covariance_logits(z))
+
+
 def test_fedavgft_fine_tunes_before_evaluating():
     method, task = plugin("fedavgft"), _task()
     model = _model("fedavgft")

@@ -7,11 +7,12 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from pfedgm_app.gaussian import GaussianHead
-from pfedgm_app.phases import features, personalize, train_round
+from pfedgm_app.gaussian import GaussianHead, shared_objective
+from pfedgm_app.phases import features, personalize, personalized_head, train_round
 
 K, D = 3, 4
 
@@ -92,3 +93,69 @@ def test_dict_batches_a_wrong_feature_size_and_labels_beyond_the_head_get_one_li
         personalize(gen, GaussianHead(K, 7), (x, y), (x, y))
     with pytest.raises(ValueError, match=r"the head has 2 classes: labels must be 0..1"):
         train_round(gen, GaussianHead(2, D), (x, y))
+
+
+def _one_step(gen: nn.Module, head: GaussianHead, x, y, **switches) -> None:
+    """One full-batch plain SGD step (lr 0.1, no momentum, no decay): params move by -0.1 grad."""
+    train_round(gen, head, (x, y), epochs=1, lr=0.1, momentum=0.0, weight_decay=0.0,
+                batch_size=len(x), **switches)  # fmt: skip
+
+
+def test_without_the_personalized_objective_phase_1_steps_on_h_alone():
+    """personalized=False (NPO): the generator's step is -lr dH/dphi, H by autograd."""
+    x, y = _problem()
+    gen, head = _parts()
+    expected = copy.deepcopy(gen)
+    grads = torch.autograd.grad(shared_objective(expected(x), y, head), expected.parameters())
+    with_r_c = copy.deepcopy((gen, head))
+    _one_step(gen, head, x, y, personalized=False)
+    for p, p0, g in zip(gen.parameters(), expected.parameters(), grads, strict=True):
+        torch.testing.assert_close(p, p0 - 0.1 * g)
+    _one_step(*with_r_c, x, y)  # with R_c the step differs
+    assert not torch.allclose(with_r_c[0][0].weight, gen[0].weight)
+
+
+def test_decoupling_gm_c_leaves_a_at_identity_and_gm_trains_one_gaussian_classifier():
+    """G.M.-C.: no statistic extractor, A stays E. G.M.: H(phi, psi, nu) on phi, mu, b, A."""
+    x, y = _problem()
+    gen, head = _parts()
+    train_round(gen, head, (x, y), epochs=2, lr=0.5, decoupling="gm-c")
+    assert torch.equal(head.A, torch.ones_like(head.A))
+    gen, head = _parts()
+    start = copy.deepcopy((gen, head))
+    loss = F.cross_entropy(start[1].covariance_logits(start[0](x)), y)
+    params = [*start[0].parameters(), start[1].mu, start[1].b, start[1].A]
+    grads = torch.autograd.grad(loss, params)
+    _one_step(gen, head, x, y, personalized=False, decoupling="gm")
+    after = [*gen.parameters(), head.mu, head.b, head.A]
+    for p, p0, g in zip(after, params, grads, strict=True):
+        torch.testing.assert_close(p, p0 - 0.1 * g)
+
+
+def test_adaptation_none_and_finetune_report_their_own_head():
+    """NA: the global head with A* (acc-global-cov); FA: fine-tuning without L-BFGS."""
+    x, y = _problem(90)
+    gen, head = _parts()
+    train_round(gen, head, (x[:60], y[:60]), epochs=2, lr=0.1)
+    data = (x[:60], y[:60]), (x[60:], y[60:])
+    ph, result = personalized_head(gen, head, *data, adaptation="none")
+    assert "acc-finetune" not in result and result["accuracy"] == result["acc-global-cov"]
+    z = gen(x).detach()
+    torch.testing.assert_close(ph(z), head.covariance_logits(z), atol=1e-4, rtol=1e-5)
+    runs = [
+        personalized_head(gen, head, *data, rng=torch.Generator().manual_seed(0), **kw)
+        for kw in ({"adaptation": "finetune"}, {"lbfgs_cycles": 0})
+    ]
+    assert runs[0][1] == runs[1][1] and runs[0][1]["accuracy"] == runs[0][1]["acc-finetune"]
+    assert torch.equal(runs[0][0].b, runs[1][0].b)
+
+
+def test_unknown_switch_values_are_refused_in_one_line():
+    x, y = _problem()
+    gen, head = _parts()
+    with pytest.raises(ValueError, match=r"decoupling must be one of .*got 'gm-x'"):
+        train_round(gen, head, (x, y), decoupling="gm-x")
+    with pytest.raises(ValueError, match=r"adaptation must be one of .*got 'lbfgs'"):
+        personalize(gen, head, (x, y), (x, y), adaptation="lbfgs")
+    with pytest.raises(ValueError, match=r"the head has 2 classes"):
+        train_round(gen, GaussianHead(2, D), (x, y), personalized=False)

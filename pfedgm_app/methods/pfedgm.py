@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..config import ConfigError, Settings, above, at_least
 from ..gaussian import NAVIGATOR_INITS, GaussianHead
 from ..models import Model, build_model
-from ..phases import personalized_head, train_round
+from ..phases import ADAPTATIONS, DECOUPLINGS, personalized_head, train_round
 from ..strategies import PFedGM
 from .base import ClientPlugin, ClientTask, Method, Personalized, Reply
 
@@ -17,6 +17,11 @@ class PFedGMSettings(Settings):
     """The paper's hyperparameters (Sec. Training Setup): lambda in Eq. (main_loss) and in zeta
     of Eq. (LossC); Phase 2 SGD fine-tuning, then L-BFGS on the biases (`lbfgs-cycles=0` skips
     it). `navigator-init` is the scale of mu^0's Gaussian in psi^0 (`gaussian.NAVIGATOR_INITS`).
+
+    The ablations of Sec. Ablation Studies, each pFedGM by default: `adaptation`
+    (`phases.ADAPTATIONS`: NA, FA, GA), `personalized-objective` (false: NPO, Phase 1 on H
+    alone; lambda still weighs zeta in Phase 2) and `decoupling` (`phases.DECOUPLINGS`: G.M.,
+    G.M.-C., G.M.+D.).
     """
 
     lambda_: float = at_least(0, 1.0)
@@ -26,6 +31,9 @@ class PFedGMSettings(Settings):
     lbfgs_max_iter: int = at_least(1, 10)
     lbfgs_cycles: int = at_least(0, 5)
     navigator_init: str = "standard"
+    adaptation: str = "finetune-lbfgs"
+    personalized_objective: bool = True
+    decoupling: str = "gm-d"
 
     def validate(self, run) -> None:
         super().validate(run)
@@ -33,6 +41,12 @@ class PFedGMSettings(Settings):
             raise ConfigError(
                 f"navigator-init must be one of {NAVIGATOR_INITS}, got {self.navigator_init!r}"
             )
+        for key, value, choices in (
+            ("adaptation", self.adaptation, ADAPTATIONS),
+            ("decoupling", self.decoupling, DECOUPLINGS),
+        ):
+            if value not in choices:
+                raise ConfigError(f"{key} must be one of {choices}, got {value!r}")
 
 
 class PFedGMClient(ClientPlugin):
@@ -54,19 +68,22 @@ class PFedGMClient(ClientPlugin):
         metrics = train_round(
             model.generator, model.head, (data.x_train, data.y_train), **self._shared(task),
             epochs=cfg.local_epochs, lr=cfg.learning_rate, dropout=model.dropout,
+            personalized=self.settings.personalized_objective,
+            decoupling=self.settings.decoupling,
         )  # fmt: skip
         return self.send(model, task, metrics)
 
     def personalize(self, model: Model, task: ClientTask) -> Personalized:
         """Phase 2: `phases.personalized_head` (by SGD on Eq. LossC, then L-BFGS on its
         biases), with the paper's adaptation ablation points; the client's model is phi* under
-        that head."""
+        that head (under `adaptation`, the head of that ablation point)."""
         settings, data = self.settings, task.data
         head, result = personalized_head(
             model.generator, model.head, (data.x_train, data.y_train),
             (data.x_test, data.y_test), **self._shared(task), epochs=settings.personal_epochs,
             lr=settings.personal_learning_rate, lbfgs_lr=settings.lbfgs_learning_rate,
             lbfgs_max_iter=settings.lbfgs_max_iter, lbfgs_cycles=settings.lbfgs_cycles,
+            adaptation=settings.adaptation,
         )  # fmt: skip
         result.pop("num-test")  # the ClientApp reports the sizes
         return Personalized(result, Model(model.generator, head))
