@@ -45,11 +45,12 @@ class Preset:
             f'--federation-config "num-supernodes={self.num_supernodes}"',
             "# Written by `python -m pfedgm_app.presets --write`: edit pfedgm_app/presets.py.",
         ]
-        lines += [f"{key} = {_toml_value(value)}" for key, value in self.keys.items()]
+        lines += [f"{key} = {toml_value(value)}" for key, value in self.keys.items()]
         return "\n".join(lines) + "\n"
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """A value as it is written in TOML (`pyproject.toml`, `conf/*.toml`, `--run-config`)."""
     if isinstance(value, str):
         return f'"{value}"'
     if isinstance(value, bool):

@@ -10,10 +10,10 @@ meaning for every registered key and none for a key that no longer exists.
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any
 
 from .config import Settings
 from .methods import METHODS, settings_groups
+from .presets import toml_value
 
 MEANINGS: dict[str, str] = {
     # every method (config.RunConfig)
@@ -125,15 +125,6 @@ MEANINGS: dict[str, str] = {
     "Eq. LossH with nu co-updated; `gm-c` (G.M.-C.) navigator alone, A stays E; `gm` (G.M.) "
     "one Gaussian classifier, H with covariance trained on phi, mu, b and A jointly",
 }
-
-
-def toml_value(value: Any) -> str:
-    """A default as it is written in `pyproject.toml` and on `flwr run --run-config`."""
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, bool):
-        return str(value).lower()
-    return repr(value)
 
 
 def _bound(f) -> str:
