@@ -156,12 +156,13 @@ def train_round(
         prototypes, counts = class_means(z, y, head.mu.shape[0], head.mu)
     seconds_prototypes = time.perf_counter() - start if personalized else 0.0
 
-    unchecked = [not personalized]  # without the prototype pass, check the first batch
+    unchecked = [] if personalized else [True]  # no prototype pass: check the first batch
 
     def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         z = generator(xb)
         if unchecked:
-            check_features(z, yb, head), unchecked.clear()
+            check_features(z, yb, head)
+            unchecked.clear()
         zd = dropout(z)  # the navigator's input
         if decoupling == "gm":  # one Gaussian classifier: H(phi, psi, nu) on all of them
             loss = F.cross_entropy(head.covariance_logits(zd), yb)
