@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
 from devtools.deployment import start_deployment  # noqa: E402
 from devtools.devices import write_devices  # noqa: E402
-from devtools.launch import offline_env, run_app, stop_local_superlink  # noqa: E402
+from devtools.launch import stop_local_superlink  # noqa: E402
+from pfedgm_app.paper.flwr_cli import offline_env, run_app  # noqa: E402
 
 CLIENTS = 4
 # One ClientApp's start-up in a fresh process, as a SuperNode starts one per message.

@@ -39,11 +39,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
 from devtools.deployment import start_deployment  # noqa: E402
 from devtools.devices import write_devices  # noqa: E402
-from devtools.launch import offline_env, run_app, stop_local_superlink  # noqa: E402
+from devtools.launch import stop_local_superlink  # noqa: E402
 from pfedgm_app import personal_model, predict  # noqa: E402
 from pfedgm_app.config import RunConfig  # noqa: E402
 from pfedgm_app.data import ClientData  # noqa: E402
 from pfedgm_app.methods import METHODS, ClientState, ClientTask  # noqa: E402
+from pfedgm_app.paper.flwr_cli import offline_env, run_app  # noqa: E402
 
 
 def accuracies(run, name: str) -> dict[int, float]:

@@ -35,7 +35,8 @@ from compare import extra_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
-from devtools.launch import offline_env, run_app, stop_local_superlink  # noqa: E402
+from devtools.launch import stop_local_superlink  # noqa: E402
+from pfedgm_app.paper.flwr_cli import offline_env, run_app  # noqa: E402
 
 SAMPLED = 30  # clients per round in both runs
 

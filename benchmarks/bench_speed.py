@@ -50,9 +50,10 @@ from pfedgm_app.training import make_sgd, run_epochs, supervised_step
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
-from devtools.launch import offline_env, run_app, stop_local_superlink  # noqa: E402
+from devtools.launch import stop_local_superlink  # noqa: E402
 from devtools.layout import plain_layout  # noqa: E402
 from devtools.processes import cmdline, superlink_tree  # noqa: E402
+from pfedgm_app.paper.flwr_cli import offline_env, run_app  # noqa: E402
 
 FULL_ROUNDS = 200
 

@@ -17,7 +17,7 @@ compares every method's per-client results with `flwr run`'s). With `workers=1` 
 answer one after the other in this process; with `workers=N` a pool of N spawned processes
 answers N messages at a time (each message travels with its node's `Context`, as Flower's
 simulation engine moves a node's state to whichever actor runs it), the way several ClientApps
-share one GPU. Tests of the app itself go through `devtools.launch`.
+share one GPU. Tests of the app itself go through `pfedgm_app.paper.flwr_cli`.
 """
 
 from __future__ import annotations

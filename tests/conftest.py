@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from flwr.supercore.task_identity import TaskIdentity
 
-from devtools.launch import offline_env, stop_local_superlink
+from devtools.launch import stop_local_superlink
+from pfedgm_app.paper.flwr_cli import offline_env
 
 ROOT = Path(__file__).resolve().parents[1]
 # PFEDGM_SHARED_DATA: a copy elsewhere (a GPU machine gets one beside the repo, see benchmarks/)

@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from devtools.launch import run_app
 from pfedgm_app import personal_model
 from pfedgm_app.data import Protocol, load_client_data
 from pfedgm_app.methods import parse_run_config
+from pfedgm_app.paper.flwr_cli import run_app
 from pfedgm_app.training import accuracy
 
 pytestmark = pytest.mark.e2e

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from devtools.deployment import start_deployment
-from devtools.launch import offline_env, run_app, stop_local_superlink
+from devtools.launch import stop_local_superlink
 from pfedgm_app.data import Protocol, client_indices
+from pfedgm_app.paper.flwr_cli import offline_env, run_app
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.launch import run_app
+from pfedgm_app.paper.flwr_cli import run_app
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "quickstart-pfedgm"

@@ -17,10 +17,10 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
 from devtools.inprocess import InProcessGrid, run_inprocess
-from devtools.launch import run_app
 from pfedgm_app import client_app as pfedgm_client
 from pfedgm_app import wire
 from pfedgm_app.methods import METHODS, run_config_keys
+from pfedgm_app.paper.flwr_cli import run_app
 from tests.test_e2e import BASELINE_RUN, ENGINE_BASELINES
 
 TINY = {"num-server-rounds": 2, "local-epochs": 1, "pool-size": 2000, "fraction-train": 0.5,

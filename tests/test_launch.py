@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from devtools import launch
-from devtools.launch import run_config_arg, stop_local_superlink
+from devtools.launch import stop_local_superlink
 from devtools.processes import superlink_tree
+from pfedgm_app.paper import flwr_cli as launch
+from pfedgm_app.paper.flwr_cli import run_config_arg
 
 
 @pytest.mark.slow  # real processes and waits

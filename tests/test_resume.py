@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from devtools.inprocess import RunStopped, run_inprocess
-from devtools.launch import run_app
 from pfedgm_app.checkpoint import FolderLock
 from pfedgm_app.config import ConfigError
+from pfedgm_app.paper.flwr_cli import run_app
 from pfedgm_app.strategies import FedPAC
 
 RUN = {"num-server-rounds": 4, "local-epochs": 1, "pool-size": 1500, "fraction-train": 0.5,

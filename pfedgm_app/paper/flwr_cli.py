@@ -1,0 +1,194 @@
+"""Run the app through the real Flower engine from Python: `flwr run`, followed to its end.
+
+Flower's public CLI only (`flwr run`, `flwr log`, `flwr list`, `flwr stop`, as subprocesses):
+the grid runner (`pfedgm-paper`), the tests and the benchmarks submit runs with `run_app`.
+
+`flwr run` returns as soon as the run is submitted, and `flwr run --stream` exits 0 even when
+the run fails, so `run_app` submits with `--format json`, follows the run's log stream until
+the run is finished, asks `flwr list` for its status, and returns its status, its log and the
+`summary.json` it wrote in its `output-dir` (a fresh temporary folder when the run-config names
+none). Runs go to the simulation engine, or to a named federation of `$FLWR_HOME/config.toml`
+(e.g. real SuperLink and SuperNode processes: `devtools.deployment`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# The project folder (pyproject.toml) when the package runs from a checkout or an editable
+# install; an installed copy has none, and its users name the folder (`app_dir`).
+APP_DIR = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class FlowerRun:
+    """The outcome of one `flwr run`."""
+
+    run_id: str
+    status: str
+    log: str
+    output_dir: Path
+    summary: dict[str, Any] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "finished:completed"
+
+
+def offline_env(flwr_home: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for offline runs in an own FLWR_HOME, on free local ports."""
+    env = dict(os.environ if base is None else base)
+    env.update(
+        FLWR_HOME=str(flwr_home),
+        FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
+        FLWR_TELEMETRY_ENABLED="0",
+        HF_HUB_OFFLINE=env.get("HF_HUB_OFFLINE", "1"),
+    )
+    env.setdefault("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", str(free_port()))
+    env.setdefault("FLWR_LOCAL_CONTROL_API_PORT", str(free_port()))
+    return env
+
+
+def run_config_arg(run_config: dict[str, Any]) -> str:
+    """{'method': 'fedavg', 'lambda': 1.0} -> "method='fedavg' lambda=1.0" for --run-config."""
+    parts = []
+    for key, value in run_config.items():
+        if isinstance(value, str):
+            parts.append(f"{key}='{value}'")
+        elif isinstance(value, bool):
+            parts.append(f"{key}={str(value).lower()}")
+        else:
+            parts.append(f"{key}={value!r}")
+    return " ".join(parts)
+
+
+def run_app(
+    run_config: dict[str, Any],
+    num_supernodes: int,
+    env: dict[str, str],
+    cpus_per_client: float = 1,
+    timeout: float = 3600,
+    app_dir: Path = APP_DIR,
+    federation: str | None = None,
+) -> FlowerRun:
+    """Submit a run, wait until it finishes, collect status, log and summary.
+
+    Without `federation`, a simulation of `num_supernodes` SuperNodes; with it, the named
+    federation of `$FLWR_HOME/config.toml` (e.g. one from `start_deployment`).
+    """
+    started = time.time()
+    if not run_config.get("output-dir"):
+        run_config = {**run_config, "output-dir": tempfile.mkdtemp(prefix="pfedgm-run-")}
+    output_dir = Path(run_config["output-dir"]).resolve()
+    cmd = ["flwr", "run", str(app_dir)]
+    if federation is None:
+        sim = f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client}"
+        cmd += ["--federation-config", sim]
+    else:
+        cmd += [federation]
+    cmd += ["--run-config", run_config_arg(run_config), "--format", "json"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    try:
+        submitted = json.loads(out.stdout[out.stdout.index("{") :])
+    except ValueError:
+        submitted = {}
+    if not submitted.get("success"):
+        raise RuntimeError(f"flwr run failed to submit:\n{out.stdout}\n{out.stderr}")
+    run_id = str(submitted["run-id"])
+    link = [] if federation is None else [federation]  # where `flwr list/log/stop` must look
+    status = _wait(run_id, env, started + timeout, link, output_dir)
+    log = flwr(["log", run_id, *link, "--show"], env, check=False).stdout
+    summary_path = output_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    return FlowerRun(run_id, status, log, output_dir, summary, time.time() - started)
+
+
+def _wait(
+    run_id: str, env: dict[str, str], deadline: float, link: list[str], output_dir: Path
+) -> str:
+    """Wait until the run is finished; return its status.
+
+    Each `flwr list` is a new Python process, about 1 s of CPU: every 10 s that is 5% of a
+    2-core machine taken from the run being measured. So the wait follows the run's log
+    stream (`flwr log RUN_ID`), one process that sleeps until the SuperLink ends the stream
+    when the run finishes (the SuperLink looks every 0.5 s), and asks `flwr list` for the
+    status then. A run that fails before its first round is seen within a second, not at the
+    next of a growing series of polls. Should the stream end while the run goes on (a dropped
+    connection), the wait polls as `_poll` does, until the deadline.
+    """
+    stream = _follow(run_id, link, env)
+    try:
+        stream.wait(timeout=max(deadline - time.time(), 0.0))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        stream.kill()  # a no-op once it has ended
+        stream.wait()
+    return _poll(run_id, env, deadline, link, output_dir)
+
+
+def _follow(run_id: str, link: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """`flwr log RUN_ID`: a process that ends when the run does (its output is not needed:
+    `run_app` fetches the whole log afterwards)."""
+    return subprocess.Popen(
+        ["flwr", "log", run_id, *link],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _poll(
+    run_id: str, env: dict[str, str], deadline: float, link: list[str], output_dir: Path
+) -> str:
+    """Poll `flwr list` until the run is finished, or stop it at the deadline.
+
+    The run's own files are watched, for free: while it keeps writing to its output-dir (a
+    round's row, a checkpoint) it is alive, and `flwr list` is asked only after `pause` seconds
+    without a write (1 s at first, then x1.5 up to 60 s), and every half second once
+    `summary.json`, its last file, is there. After the log stream has ended the first ask is
+    at once, and it finds a finished run finished.
+    """
+    pause, next_list, seen = 1.0, time.time(), 0.0
+    summary = output_dir / "summary.json"
+    while True:
+        if (written := _last_write(output_dir)) > seen:  # alive: ask later
+            seen, next_list = written, max(next_list, time.time() + pause)
+        if time.time() >= next_list or time.time() > deadline or summary.exists():
+            cmd = ["list", *link, "--run-id", run_id, "--format", "json"]
+            status = json.loads(flwr(cmd, env).stdout)["runs"][0]["status"]
+            if status.startswith("finished"):
+                return status
+            if time.time() > deadline:
+                flwr(["stop", run_id, *link], env, check=False)
+                return f"timeout ({status})"
+            next_list, pause = time.time() + pause, min(pause * 1.5, 60.0)
+        time.sleep(0.5)
+
+
+def _last_write(folder: Path) -> float:
+    """The latest modification time of the files directly in `folder` (0: none yet)."""
+    try:
+        return max((e.stat().st_mtime for e in os.scandir(folder) if e.is_file()), default=0.0)
+    except OSError:
+        return 0.0
+
+
+def flwr(args: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["flwr", *args], env=env, capture_output=True, text=True, check=check)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
