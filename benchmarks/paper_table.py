@@ -18,27 +18,17 @@ import json
 import math
 from pathlib import Path
 
+from pfedgm_app.paper.published import PUBLISHED
 from pfedgm_app.plots import dataset_label
 
 # The paper's CIFAR-10 results (Table "standard", 200 rounds): {method: {alpha: (mean, std)}}
-# and runtimes relative to FedAvg (Table "Time", CIFAR-10 Dir(0.5), minutes / FedAvg's 64.91).
+# and runtimes relative to FedAvg (Table "Time", CIFAR-10 Dir(0.5), minutes / FedAvg's 64.91),
+# from `pfedgm_app.paper.published`, in the paper's row order.
 PAPER_CIFAR10 = {
-    "local": {0.1: (86.43, 13), 0.5: (58.64, 13)},
-    "fedavg": {0.1: (53.13, 11), 0.5: (61.53, 6.7)},
-    "fedavgft": {0.1: (89.46, 10), 0.5: (74.13, 8.5)},
-    "ditto": {0.1: (89.60, 10), 0.5: (73.60, 8.2)},
-    "fedbabu": {0.1: (87.63, 14), 0.5: (72.50, 9.1)},
-    "fedpac": {0.1: (89.59, 11), 0.5: (76.29, 8.3)},
-    "fedrep": {0.1: (87.61, 12), 0.5: (65.62, 10)},
-    "lgfedavg": {0.1: (88.35, 11), 0.5: (64.39, 10)},
-    "fedper": {0.1: (89.43, 9.9), 0.5: (65.65, 9.9)},
-    "pfedme": {0.1: (87.76, 11), 0.5: (70.54, 8.8)},
-    "pfedfda": {0.1: (90.01, 9.6), 0.5: (76.05, 7.6)},
-    "pfedgm": {0.1: (91.00, 9.4), 0.5: (77.49, 7.1)},
+    m: {0.1: cells["cifar10-dir01"], 0.5: cells["cifar10-dir05"]}
+    for m, cells in PUBLISHED["standard"].items()
 }
-PAPER_TIME = {"fedavg": 64.91, "ditto": 96.08, "fedper": 61.94, "fedrep": 67.03,
-              "fedbabu": 62.34, "pfedme": 102.21, "lgfedavg": 62.68, "fedpac": 113.31,
-              "pfedfda": 164.62, "pfedgm": 81.75}  # fmt: skip
+PAPER_TIME = {m: cells["cifar10-dir05"][0] for m, cells in PUBLISHED["runtime"].items()}
 
 
 def load_summaries(out: Path) -> dict[str, dict]:
@@ -156,7 +146,7 @@ def print_table(columns: dict[float, dict[str, dict]], margin: float = 1.0) -> N
         for alpha in alphas:
             s = columns[alpha].get(method)
             paper = reference.get(method, {}).get(alpha)
-            paper_acc = f"{paper[0]:.2f} ({paper[1]})" if paper else "-"
+            paper_acc = f"{paper[0]:.2f} ({paper[1]:g})" if paper else "-"
             if s is None:
                 row += f" {'-':>14s} {paper_acc:>12s} {'-':>5s} {'-':>5s}"
                 continue
