@@ -77,12 +77,14 @@ def run_app(
     env: dict[str, str],
     cpus_per_client: float = 1,
     timeout: float = 3600,
+    gpus_per_client: float = 0,
     app_dir: Path = APP_DIR,
     federation: str | None = None,
 ) -> FlowerRun:
     """Submit a run, wait until it finishes, collect status, log and summary.
 
-    Without `federation`, a simulation of `num_supernodes` SuperNodes; with it, the named
+    Without `federation`, a simulation of `num_supernodes` SuperNodes, each ClientApp given
+    `cpus_per_client` CPUs and `gpus_per_client` of a GPU; with it, the named
     federation of `$FLWR_HOME/config.toml` (e.g. one from `start_deployment`).
     """
     started = time.time()
@@ -92,6 +94,8 @@ def run_app(
     cmd = ["flwr", "run", str(app_dir)]
     if federation is None:
         sim = f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client}"
+        if gpus_per_client:  # several ClientApps share a GPU: 1 / gpus_per_client at a time
+            sim += f" client-resources-num-gpus={gpus_per_client}"
         cmd += ["--federation-config", sim]
     else:
         cmd += [federation]

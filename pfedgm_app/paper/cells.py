@@ -1,0 +1,100 @@
+"""What a table's cell holds, read from the runs of a results folder (`grid.Run.folder`).
+
+A cell over several seeds: the mean of the seeds' means (each weighted by client test-set size,
+as `summary.json`'s `mean_accuracy`) and the mean of their stds across clients (the paper's
+parenthesis: the spread between clients, not between seeds); the seeds' own spread is in the
+paired differences (`paired.per_seed`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import wire
+from ..plots import EVAL_MEAN, EVAL_STD
+from .grid import Row
+from .paired import PerClient
+
+
+@dataclass
+class Cell:
+    mean: float
+    std: float
+    seeds: list[int]
+    rounds: int
+    minutes: float  # wall time, training and personalization (the paper's runtime table)
+    per_client: PerClient = field(repr=False)
+
+
+def seed_folders(out: Path, column: str, run: str) -> dict[int, Path]:
+    """{seed: folder} of the finished runs (`summary.json`) of `run` in `column`."""
+    base = out / column / run
+    found = {}
+    for folder in sorted(base.glob("seed*")) if base.is_dir() else []:
+        if (folder / "summary.json").exists() and folder.name[4:].isdigit():
+            found[int(folder.name[4:])] = folder
+    return found
+
+
+def client_rows(folder: Path, metric: str) -> dict[int, tuple[float, int]]:
+    """{partition-id: (metric in percent, test-set size)} from a run's `clients.csv`; a client
+    without the metric (a failed reply) is left out."""
+    rows = {}
+    with (folder / "clients.csv").open() as f:
+        for row in csv.DictReader(f):
+            value = row.get(metric, "")
+            if value not in ("", None):
+                rows[int(row[wire.PARTITION_ID])] = (100 * float(value), int(row[wire.NUM_TEST]))
+    return rows
+
+
+def weighted_mean_std(values: list[tuple[float, int]]) -> tuple[float, float]:
+    """Mean weighted by test size and std across clients (unweighted, population), as
+    `summary.json`."""
+    total = sum(w for _, w in values)
+    mean = sum(v * w for v, w in values) / total
+    plain = sum(v for v, _ in values) / len(values)
+    return mean, math.sqrt(sum((v - plain) ** 2 for v, _ in values) / len(values))
+
+
+def read_cell(out: Path, column: str, row: Row) -> Cell | None:
+    """The cell of `row` in `column`, over the seeds found; None when no run has finished."""
+    folders = seed_folders(out, column, row.run)
+    per_client: PerClient = {}
+    means, stds, minutes, rounds = [], [], [], set()
+    for seed, folder in folders.items():
+        rows = client_rows(folder, row.metric)
+        if not rows:
+            continue
+        summary = json.loads((folder / "summary.json").read_text())
+        mean, std = weighted_mean_std(list(rows.values()))
+        means.append(mean), stds.append(std)
+        minutes.append(summary.get("seconds_total", float("nan")) / 60)
+        rounds.add(int(summary.get("rounds", 0)))
+        per_client.update({(seed, pid): v for pid, v in rows.items()})
+    if not means:
+        return None
+    if len(rounds) > 1:
+        raise ValueError(f"{out / column / row.run} mixes budgets {sorted(rounds)}: one per folder")
+    n = len(means)
+    return Cell(sum(means) / n, sum(stds) / n, sorted(folders), rounds.pop(),
+                sum(minutes) / n, per_client)  # fmt: skip
+
+
+def curve(out: Path, column: str, run: str) -> dict[int, tuple[float, float]]:
+    """{round: (personalized accuracy, std across clients)} over the seeds, from each run's
+    `rounds.jsonl` (its `eval-every` rounds and the final one)."""
+    by_round: dict[int, list[tuple[float, float]]] = {}
+    for folder in seed_folders(out, column, run).values():
+        for line in (folder / "rounds.jsonl").read_text().splitlines():
+            entry = json.loads(line) if line.strip() else {}
+            if entry.get(EVAL_MEAN) is not None:
+                by_round.setdefault(int(entry["round"]), []).append(
+                    (entry[EVAL_MEAN], entry.get(EVAL_STD) or 0.0)
+                )
+    return {r: (sum(m for m, _ in v) / len(v), sum(s for _, s in v) / len(v))
+            for r, v in sorted(by_round.items())}  # fmt: skip

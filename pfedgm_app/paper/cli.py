@@ -1,0 +1,182 @@
+"""`pfedgm-paper`: run the paper's tables as a grid, then render them from the results.
+
+    pfedgm-paper list                                   # the tables, their cells and runs
+    pfedgm-paper run standard --out /abs/paper --rounds 200 --seeds 0,1,2 --offline
+    pfedgm-paper run objective,decoupling --out /abs/paper --columns cifar10s-dir05-100c
+    pfedgm-paper collect --out /abs/paper --to results/paper/runs   # the small files only
+    pfedgm-paper render --out results/paper/runs --to results/paper/rendered
+
+`run` runs each missing run (resumably: `runner`) and prints one progress line; `collect` copies
+what the renderings read of each finished run (no models, no checkpoints) to a folder that can
+be committed; `render` writes each table as Markdown and CSV (`render`) and the figures
+(`figures`) from what has finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..methods import METHODS
+from .flwr_cli import APP_DIR
+from .grid import PAPER_ROUNDS, TABLES, runs
+from .runner import ENGINES, Engine, run_grid
+
+
+def _names(text: str) -> list[str]:
+    return [t for t in text.split(",") if t]
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return [int(s) for s in _names(text)]
+    except ValueError:
+        raise SystemExit(f"--seeds takes integers separated by commas, got {text!r}") from None
+
+
+def _keys(pairs: list[str]) -> dict:
+    """--set key=value (a run-config key for every run): the value as TOML reads it."""
+    import tomllib
+
+    keys = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set takes KEY=VALUE, got {pair!r}")
+        try:
+            keys[key] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            keys[key] = value
+    return keys
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pfedgm-paper", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="the tables and the runs each needs")
+    run = sub.add_parser("run", help="run every missing run of the tables")
+    run.add_argument("tables", help=f"comma-separated: {', '.join(TABLES)}")
+    run.add_argument("--out", type=Path, required=True, help="the results folder (absolute)")
+    run.add_argument("--rounds", type=int, default=PAPER_ROUNDS, help="the budget (paper: 200)")
+    run.add_argument("--seeds", default="0", help="partition and training seeds, e.g. 0,1,2")
+    run.add_argument("--columns", default="", help="only these presets (comma-separated)")
+    run.add_argument("--methods", default="", help="only the runs of these methods")
+    run.add_argument("--offline", action="store_true", help="the presets' -offline twins")
+    run.add_argument("--clients", type=int, help="SuperNodes per run (default: the preset's)")
+    run.add_argument("--engine", choices=ENGINES, default="flwr")
+    run.add_argument("--workers", type=int, default=1, help="inprocess: ClientApps at a time")
+    run.add_argument("--cpus", type=float, default=1, help="flwr: CPUs per ClientApp")
+    run.add_argument("--gpus", type=float, default=0, help="flwr: GPU share per ClientApp")
+    run.add_argument("--app", type=Path, default=APP_DIR, help="the app's project folder")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    run.add_argument("--dry-run", action="store_true", help="list the runs and their state")
+    collect = sub.add_parser("collect", help="copy what renderings read of finished runs")
+    collect.add_argument("--out", type=Path, required=True, help="the results folder")
+    collect.add_argument("--to", type=Path, required=True, help="where the copies go")
+    tsne = sub.add_parser("tsne", help="the t-SNE figure of one finished run's folder")
+    tsne.add_argument("run_dir", type=Path, help="a run's output-dir (with global_model.pt)")
+    tsne.add_argument("--to", type=Path, required=True, help="the PNG to write")
+    render = sub.add_parser("render", help="tables (Markdown, CSV) and figures from results")
+    render.add_argument("--out", type=Path, required=True, help="the results folder")
+    render.add_argument("--to", type=Path, help="where to write (default: OUT/rendered)")
+    render.add_argument("--tables", default=",".join(TABLES))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        commands = {
+            "list": _list,
+            "run": _run,
+            "collect": _collect,
+            "render": _render,
+            "tsne": _tsne,
+        }
+        return commands[args.command](args)
+    except ValueError as exc:  # bad input: one line, before any run starts
+        print(f"pfedgm-paper: {exc}", file=sys.stderr)
+        return 2
+
+
+def _list(args) -> int:
+    for table in TABLES.values():
+        count = len(runs([table.name], [0]))
+        print(f"{table.name}: {table.caption}; {len(table.columns)} columns x "
+              f"{len(table.rows)} rows, {count} runs per seed")  # fmt: skip
+        print(f"    columns: {', '.join(table.columns)}")
+    return 0
+
+
+def _run(args) -> int:
+    methods = _names(args.methods)
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"--methods: no method {unknown}; choose from {', '.join(METHODS)}")
+    if not args.out.is_absolute():
+        raise ValueError(f"--out {args.out}: give an absolute path (the app runs elsewhere)")
+    todo = runs(_names(args.tables), _seeds(args.seeds), _names(args.columns))
+    if methods:
+        todo = [r for r in todo if r.keys.get("method") in methods]
+    if not todo:
+        raise ValueError("no run matches these tables, columns and methods")
+    if args.dry_run:
+        for run in todo:
+            folder = run.folder(args.out)
+            state = ("done" if (folder / "summary.json").exists() else
+                     "stopped" if (folder / "checkpoint.pt").exists() else "missing")  # fmt: skip
+            print(f"{state:8} {run.label()}  {folder}")
+        return 0
+    engine = Engine(args.engine, args.workers, args.cpus, args.gpus, args.app.resolve())
+    failures = run_grid(
+        todo, args.out, args.rounds, engine, args.offline, _keys(args.set), clients=args.clients
+    )
+    for run, status in failures:
+        print(f"failed: {run.label()}: {status}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+KEPT = ("summary.json", "clients.csv", "rounds.jsonl", "config.json")
+
+
+def _collect(args) -> int:
+    import shutil
+
+    if not args.out.is_dir():
+        raise ValueError(f"--out {args.out}: no such folder")
+    count = 0
+    for summary in sorted(args.out.glob("*/*/seed*/summary.json")):
+        target = args.to / summary.parent.relative_to(args.out)
+        target.mkdir(parents=True, exist_ok=True)
+        for name in KEPT:
+            if (summary.parent / name).exists():
+                shutil.copy2(summary.parent / name, target / name)
+        count += 1
+    print(f"{count} finished runs copied to {args.to}")
+    return 0
+
+
+def _tsne(args) -> int:
+    from .tsne import tsne_figure
+
+    print(tsne_figure(args.run_dir, args.to))
+    return 0
+
+
+def _render(args) -> int:
+    from .figures import figures
+    from .render import render
+
+    tables = _names(args.tables)
+    unknown = [t for t in tables if t not in TABLES]
+    if unknown:
+        raise ValueError(f"--tables: no table {unknown}; choose from {', '.join(TABLES)}")
+    to = args.to or args.out / "rendered"
+    for path in render(args.out, to, tables) + figures(args.out, to / "figures", tables):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

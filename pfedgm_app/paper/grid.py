@@ -1,0 +1,171 @@
+"""The paper's tables as a grid of runs: columns are presets (`presets.PRESETS`), rows are
+methods or ablation variants, and each (column, run, seed) is one run in its own folder.
+
+A results folder holds `<preset>/<run>/seed<seed>/`, the run's `output-dir`. Rows that read the
+same run share it: the adaptation table's NA / FA / GA rows are three metrics of the pFedGM runs
+of the standard and corruption tables, the runtime table is those tables' wall times, and
+pFedGM's row in the ablations is the standard pFedGM run. So asking for several tables runs
+each distinct run once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..methods import METHODS
+from ..presets import PRESETS
+
+PAPER_ROUNDS = 200  # "all methods are trained for 200 global communication rounds"
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row of a table: `run` names the run it reads (its folder, and the run-config `keys`
+    that make it), `metric` the per-client value it shows (`clients.csv`'s column), `label`
+    the paper's name for it."""
+
+    name: str
+    label: str
+    run: str
+    keys: dict[str, Any] = field(default_factory=dict, hash=False)
+    metric: str = "accuracy"
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    caption: str
+    columns: tuple[str, ...]  # preset names
+    rows: tuple[Row, ...]
+    kind: str = "accuracy"  # "accuracy", "runtime" (minutes), "curve" (accuracy per round)
+
+
+# The methods as the paper's tables name them, in its row order (`METHODS` keys).
+LABELS = {"local": "Local", "fedavg": "FedAvg", "fedavgft": "FedAvgFT", "ditto": "Ditto",
+          "fedbabu": "FedBABU", "fedpac": "FedPAC", "fedrep": "FedRep", "lgfedavg": "LG-FedAvg",
+          "fedper": "FedPer", "pfedme": "pFedMe", "pfedfda": "pFedFDA",
+          "pfedgm": "pFedGM"}  # fmt: skip
+
+
+def method_row(method: str) -> Row:
+    return Row(method, LABELS[method], method, {"method": method})
+
+
+PFEDGM = method_row("pfedgm")
+ALL_METHODS = tuple(method_row(m) for m in METHODS)
+DIRS = ("dir01", "dir05")
+STANDARD = tuple(
+    f"{d}-{a}" for d in ("emnist", "cifar10", "cifar100", "tinyimagenet") for a in DIRS
+)
+CORRUPTION = tuple(f"{d}s-{a}-{c}" for d in ("cifar10", "cifar100") for a in DIRS
+                   for c in ("50c", "100c"))  # fmt: skip
+CORRUPTED_ALL = tuple(c for c in CORRUPTION if c.endswith("100c"))
+
+
+def _rows(*methods: str) -> tuple[Row, ...]:
+    return tuple(method_row(m) for m in methods)
+
+
+def _variant(name: str, label: str, **keys: Any) -> Row:
+    return Row(name, label, f"pfedgm-{name}", {"method": "pfedgm", **keys})
+
+
+# The adaptation ablation reads one pFedGM run: NA is Phase 2's head before any fitting, the
+# global navigator with the global covariance (`acc-global-cov`); FA after the fine-tuning
+# (`acc-finetune`); GA after the L-BFGS biases, the method's own accuracy. The `adaptation` key
+# gives each as a run's `accuracy`; reading the metrics spares two runs per cell.
+ADAPTATION_ROWS = (
+    Row("na", "NA", "pfedgm", {"method": "pfedgm"}, "acc-global-cov"),
+    Row("fa", "FA", "pfedgm", {"method": "pfedgm"}, "acc-finetune"),
+    Row("ga", "GA", "pfedgm", {"method": "pfedgm"}, "accuracy"),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (
+    Table("standard", "Average (std) test accuracy (%) on multiple datasets", STANDARD,
+          ALL_METHODS),
+    Table("corruption", "Average (std) test accuracy (%) on CIFAR-10S/100S", CORRUPTION,
+          ALL_METHODS),
+    Table("generalization", "New-client generalization on CIFAR-10 Dir(0.5)",
+          ("generalization",), _rows("fedavg", "fedavgft", "fedbabu", "pfedme", "lgfedavg",
+                                     "fedpac", "pfedfda", "pfedgm")),
+    Table("moderate", "Average (std) test accuracy (%) under moderate settings",
+          tuple(f"moderate-{c}" for c in STANDARD),
+          _rows("local", "fedavg", "fedavgft", "fedpac", "pfedfda", "pfedgm")),
+    # The figure's methods are not legible in the paper's text: the standard table's leaders.
+    Table("low-participation", "Test accuracy during training with q = 0.1",
+          ("cifar10-q01", "cifar100-q01", "cifar10s-q01", "cifar100s-q01"),
+          _rows("fedavg", "fedavgft", "ditto", "fedpac", "pfedfda", "pfedgm"), "curve"),
+    Table("runtime", "System runtime (min) on CIFAR-10/100 Dir(0.5)",
+          ("cifar10-dir05", "cifar100-dir05"),
+          _rows("fedavg", "ditto", "fedper", "fedrep", "fedbabu", "pfedme", "lgfedavg",
+                "fedpac", "pfedfda", "pfedgm"), "runtime"),
+    Table("adaptation", "Ablation on the classifier head (NA / FA / GA)",
+          STANDARD + CORRUPTION, ADAPTATION_ROWS),
+    Table("objective", "Ablation on the personalized objective (NPO / WPO)", CORRUPTED_ALL,
+          (_variant("npo", "NPO", **{"personalized-objective": False}),
+           Row("wpo", "WPO", "pfedgm", {"method": "pfedgm"}))),
+    Table("decoupling", "Ablation on the shared objective and statistic extractor",
+          CORRUPTED_ALL,
+          (_variant("gm", "G.M.", decoupling="gm"), _variant("gm-c", "G.M. - C.",
+                                                             decoupling="gm-c"),
+           Row("gm-d", "G.M. + D.", "pfedgm", {"method": "pfedgm"}))),
+)}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of the grid: preset `column`, run `name`, `seed`."""
+
+    column: str
+    name: str
+    seed: int
+    keys: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def folder(self, out: Path) -> Path:
+        return out / self.column / self.name / f"seed{self.seed}"
+
+    def label(self) -> str:
+        return f"{self.column} {self.name} seed {self.seed}"
+
+
+def preset_name(column: str, offline: bool) -> str:
+    return f"{column}-offline" if offline else column
+
+
+def runs(tables: list[str], seeds: list[int], columns: list[str] | None = None) -> list[Run]:
+    """The distinct runs the `tables` need over `seeds`, in table order, each once; `columns`
+    keeps only those presets."""
+    unknown = [t for t in tables if t not in TABLES]
+    if unknown:
+        raise ValueError(f"no table {unknown}: choose from {', '.join(TABLES)}")
+    found: dict[tuple[str, str, int], Run] = {}
+    for table in tables:
+        t = TABLES[table]
+        for column in t.columns:
+            if columns and column not in columns:
+                continue
+            for seed in seeds:
+                for row in t.rows:
+                    found.setdefault((column, row.run, seed), Run(column, row.run, seed, row.keys))
+    return list(found.values())
+
+
+def run_config(run: Run, out: Path, rounds: int, offline: bool, extra: dict | None = None) -> dict:
+    """The run-config of `run`: its preset, its row's keys, the seed (partition and training),
+    the budget, its folder; `resume` when a stopped run left a checkpoint there."""
+    folder = run.folder(out)
+    return {
+        "preset": preset_name(run.column, offline),
+        **run.keys,
+        "seed": run.seed,
+        "num-server-rounds": rounds,
+        **(extra or {}),
+        "output-dir": str(folder),
+        "resume": (folder / "checkpoint.pt").exists(),
+    }
+
+
+def supernodes(run: Run) -> int:
+    return PRESETS[run.column].num_supernodes

@@ -1,0 +1,168 @@
+"""A results folder's tables in the paper's layout (Markdown and CSV), the paper's numbers
+beside ours, and the paired differences of the table's own method against each other row.
+
+Cells: `mean (std)` over the seeds found (`cells.read_cell`), the best mean of a column in
+bold, `-` where no run has finished. Runtime: minutes of training and personalization, and the
+ratio to FedAvg's in the same column (the paper's minutes are for 200 rounds on its machine:
+the ratios compare, the minutes do not).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from .cells import Cell, read_cell
+from .grid import TABLES, Row, Table
+from .paired import paired_gap, per_seed
+from .published import PUBLISHED
+
+
+def ours_row(table: Table) -> Row:
+    """The row the paired differences start from: pFedGM, or the full method of an ablation
+    (its last row: GA, WPO, G.M. + D.)."""
+    return next((r for r in table.rows if r.name == "pfedgm"), table.rows[-1])
+
+
+def read_table(out: Path, table: Table) -> dict[tuple[str, str], Cell]:
+    """{(row name, column): cell} of the cells with at least one finished run."""
+    cells = {}
+    for column in table.columns:
+        for row in table.rows:
+            if (cell := read_cell(out, column, row)) is not None:
+                cells[row.name, column] = cell
+    return cells
+
+
+def _paper(table: Table, row: Row, column: str) -> tuple[float, float | None] | None:
+    return PUBLISHED.get(table.name, {}).get(row.name, {}).get(column)
+
+
+def _ratio(cells: dict, row: Row, column: str) -> float | None:
+    base = cells.get(("fedavg", column))
+    return cells[row.name, column].minutes / base.minutes if base else None
+
+
+def cell_text(table: Table, cells: dict, row: Row, column: str, best: bool) -> str:
+    paper = _paper(table, row, column)
+    if table.kind == "runtime":
+        text = "-"
+        if (row.name, column) in cells:
+            ratio = _ratio(cells, row, column)
+            text = f"{cells[row.name, column].minutes:.1f} min" + (
+                f" ({ratio:.2f}x)" if ratio else ""
+            )
+        if paper:
+            base = _paper(table, Row("fedavg", "", ""), column)
+            text += f"<br>paper {paper[0]:.2f}" + (f" ({paper[0] / base[0]:.2f}x)" if base else "")
+        return text
+    cell = cells.get((row.name, column))
+    text = "-" if cell is None else f"{cell.mean:.2f} ({cell.std:.1f})"
+    text = f"**{text}**" if best and cell is not None else text
+    if paper:
+        text += f"<br>paper {paper[0]:.2f}" + (
+            f" ({_std(paper[1])})" if paper[1] is not None else ""
+        )
+    return text
+
+
+def _std(value: float) -> str:
+    """A std as the paper prints it: two significant digits (9.4, 13)."""
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+
+def markdown(out: Path, table: Table) -> str:
+    """The table, then its budget and seeds, then the paired differences."""
+    cells = read_table(out, table)
+    lines = [f"### {table.caption}", "", *_header(table)]
+    for row in table.rows:
+        texts = []
+        for column in table.columns:
+            means = [c.mean for (r, col), c in cells.items() if col == column]
+            best = (row.name, column) in cells and cells[row.name, column].mean == max(means)
+            texts.append(cell_text(table, cells, row, column, best and table.kind != "runtime"))
+        lines.append(f"| {row.label} | " + " | ".join(texts) + " |")
+    lines += ["", budget_line(cells)]
+    if table.kind != "runtime":
+        lines += ["", *paired_lines(table, cells)]
+    return "\n".join(lines) + "\n"
+
+
+def _header(table: Table) -> list[str]:
+    return ["| | " + " | ".join(table.columns) + " |", "|---" * (len(table.columns) + 1) + "|"]
+
+
+def budget_line(cells: dict[tuple[str, str], Cell]) -> str:
+    if not cells:
+        return "No finished run in this folder yet."
+    rounds = sorted({c.rounds for c in cells.values()})
+    seeds = sorted({s for c in cells.values() for s in c.seeds})
+    return (f"Ours: {'/'.join(map(str, rounds))} rounds (the paper: 200), seeds "
+            f"{', '.join(map(str, seeds))}; each cell: mean weighted by client test size "
+            "(std across clients), averaged over seeds; paper: its table.")  # fmt: skip
+
+
+def paired_lines(table: Table, cells: dict[tuple[str, str], Cell]) -> list[str]:
+    """{ours} - each other row per column: mean over (seed, client) pairs, se, clients up /
+    down; with several seeds, each seed's gap too."""
+    ours = ours_row(table)
+    lines = [f"{ours.label} minus each row, per client (test-size weighted mean, standard "
+             "error, clients up / down; pooled over seeds):", "", *_header(table)]  # fmt: skip
+    for row in table.rows:
+        if row.name == ours.name:
+            continue
+        texts = []
+        for column in table.columns:
+            a, b = cells.get((ours.name, column)), cells.get((row.name, column))
+            gap = paired_gap(a.per_client, b.per_client) if a and b else None
+            text = "-" if gap is None else gap.text()
+            if gap is not None and gap.seeds > 1:
+                seeds = per_seed(a.per_client, b.per_client)
+                text += "<br>seeds: " + ", ".join(f"{g.gap:+.2f}" for g in seeds.values())
+            texts.append(text)
+        lines.append(f"| {row.label} | " + " | ".join(texts) + " |")
+    return lines
+
+
+CSV_FIELDS = ["table", "row", "label", "column", "seeds", "rounds", "mean", "std", "minutes",
+              "paper_mean", "paper_std", "gap_vs_ours", "gap_se", "wins", "losses"]  # fmt: skip
+
+
+def csv_text(out: Path, table: Table) -> str:
+    cells = read_table(out, table)
+    ours = ours_row(table)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in table.rows:
+        for column in table.columns:
+            cell, paper = cells.get((row.name, column)), _paper(table, row, column)
+            mine = cells.get((ours.name, column))
+            gap = (paired_gap(mine.per_client, cell.per_client)
+                   if cell and mine and row.name != ours.name else None)  # fmt: skip
+            found = {"table": table.name, "row": row.name, "label": row.label, "column": column}
+            if cell:
+                found.update(seeds=" ".join(map(str, cell.seeds)), rounds=cell.rounds,
+                             mean=f"{cell.mean:.4f}", std=f"{cell.std:.4f}",
+                             minutes=f"{cell.minutes:.2f}")  # fmt: skip
+            if paper:
+                found.update(paper_mean=paper[0], paper_std="" if paper[1] is None else paper[1])
+            if gap:
+                found.update(gap_vs_ours=f"{gap.gap:.4f}", gap_se=f"{gap.se:.4f}", wins=gap.wins,
+                             losses=gap.losses)  # fmt: skip
+            writer.writerow(found)
+    return buffer.getvalue()
+
+
+def render(out: Path, to: Path, tables: list[str]) -> list[Path]:
+    """Write `<to>/<table>.md` and `.csv` for each table; returns the files written."""
+    to.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in tables:
+        table = TABLES[name]
+        for suffix, text in ((".md", markdown(out, table)), (".csv", csv_text(out, table))):
+            path = to / f"{name}{suffix}"
+            path.write_text(text)
+            written.append(path)
+    return written

@@ -1,0 +1,180 @@
+"""The paper's grid (`pfedgm_app.paper`): which runs a table needs, how a cell and a paired
+difference are computed from run folders, a tiny grid run and rendered through the engines, a
+finished run skipped and a stopped one resumed, and bad input refused in one line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pfedgm_app.paper import cli, grid, render
+from pfedgm_app.paper.cells import read_cell
+from pfedgm_app.paper.grid import TABLES, Run, runs
+from pfedgm_app.paper.published import PUBLISHED
+from pfedgm_app.paper.runner import Engine, run_grid
+from pfedgm_app.presets import PRESETS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_column_is_a_preset_and_every_row_a_method_or_pfedgm_variant():
+    for table in TABLES.values():
+        assert all(column in PRESETS for column in table.columns), table.name
+        for row in table.rows:
+            assert row.keys["method"] in grid.LABELS
+            assert row.run == row.keys["method"] or row.run.startswith("pfedgm-")
+
+
+def test_rows_reading_one_run_share_it_across_tables():
+    alone = runs(["standard"], [0])
+    shared = runs(["standard", "adaptation", "runtime"], [0])
+    extra = {(r.column, r.name) for r in shared} - {(r.column, r.name) for r in alone}
+    # adaptation adds the corruption columns' pFedGM runs only; runtime adds nothing
+    assert extra == {(c, "pfedgm") for c in grid.CORRUPTION}
+    assert len(shared) == len({(r.column, r.name, r.seed) for r in shared})
+
+
+def test_ablation_runs_are_pfedgm_with_the_ablation_key():
+    ablations = {r.name: r.keys for r in runs(["objective", "decoupling"], [0])}
+    assert ablations["pfedgm-npo"] == {"method": "pfedgm", "personalized-objective": False}
+    assert ablations["pfedgm-gm"] == {"method": "pfedgm", "decoupling": "gm"}
+    assert ablations["pfedgm-gm-c"] == {"method": "pfedgm", "decoupling": "gm-c"}
+    assert ablations["pfedgm"] == {"method": "pfedgm"}  # WPO and G.M. + D.: pFedGM itself
+
+
+def test_run_config_names_the_preset_seed_budget_and_resumes_a_stopped_run(tmp_path):
+    run = Run("cifar10-dir05", "pfedgm", 2, {"method": "pfedgm"})
+    cfg = grid.run_config(run, tmp_path, 50, offline=True)
+    assert cfg["preset"] == "cifar10-dir05-offline" and cfg["seed"] == 2
+    assert cfg["num-server-rounds"] == 50 and cfg["resume"] is False
+    assert cfg["output-dir"] == str(tmp_path / "cifar10-dir05/pfedgm/seed2")
+    (tmp_path / "cifar10-dir05/pfedgm/seed2").mkdir(parents=True)
+    (tmp_path / "cifar10-dir05/pfedgm/seed2/checkpoint.pt").write_bytes(b"")
+    assert grid.run_config(run, tmp_path, 50, offline=True)["resume"] is True
+
+
+def _fake_run(out: Path, column: str, run: str, seed: int, accuracies: list[float],
+              rounds: int = 3, minutes: float = 1.0) -> None:  # fmt: skip
+    """A finished run's folder: clients.csv (partition i has test size 10 + i) and summary."""
+    folder = out / column / run / f"seed{seed}"
+    folder.mkdir(parents=True)
+    with (folder / "clients.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["partition-id", "accuracy", "acc-finetune", "num-test"])
+        for i, acc in enumerate(accuracies):
+            writer.writerow([i, acc, acc / 2, 10 + i])
+    summary = {"rounds": rounds, "seconds_total": 60 * minutes}
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def test_a_cell_is_the_seeds_mean_of_test_size_weighted_means_and_stds(tmp_path):
+    _fake_run(tmp_path, "cifar10-dir05", "pfedgm", 0, [0.5, 1.0])
+    _fake_run(tmp_path, "cifar10-dir05", "pfedgm", 1, [0.2, 0.4])
+    cell = read_cell(tmp_path, "cifar10-dir05", grid.method_row("pfedgm"))
+    seed0 = (50 * 10 + 100 * 11) / 21
+    seed1 = (20 * 10 + 40 * 11) / 21
+    assert cell.mean == pytest.approx((seed0 + seed1) / 2)
+    assert cell.std == pytest.approx((25 + 10) / 2)  # population std of two values: half the gap
+    assert cell.seeds == [0, 1] and cell.rounds == 3
+    fa = read_cell(tmp_path, "cifar10-dir05", grid.ADAPTATION_ROWS[1])  # acc-finetune
+    assert fa.mean == pytest.approx(cell.mean / 2)
+
+
+def test_rendered_table_bolds_the_best_shows_the_paper_and_pairs_clients(tmp_path):
+    _fake_run(tmp_path, "cifar10-dir05", "pfedgm", 0, [0.8, 0.6, 0.9])
+    _fake_run(tmp_path, "cifar10-dir05", "fedavg", 0, [0.5, 0.7, 0.4])
+    table = TABLES["standard"]
+    text = render.markdown(tmp_path, table)
+    pfedgm = next(line for line in text.splitlines() if line.startswith("| pFedGM |"))
+    fedavg = next(line for line in text.splitlines() if line.startswith("| FedAvg |"))
+    mean = (80 * 10 + 60 * 11 + 90 * 12) / 33
+    assert f"**{mean:.2f} (" in pfedgm and "**" not in fedavg
+    assert f"paper {PUBLISHED['standard']['pfedgm']['cifar10-dir05'][0]:.2f}" in pfedgm
+    # pFedGM - FedAvg per client: +30, -10, +50 with weights 10, 11, 12
+    gap = (30 * 10 - 10 * 11 + 50 * 12) / 33
+    se = math.sqrt(sum((w * (d - gap)) ** 2 for d, w in ((30, 10), (-10, 11), (50, 12)))) / 33
+    paired = [line for line in text.splitlines() if line.startswith("| FedAvg |")][-1]
+    assert f"{gap:+.2f} (se {se:.2f}, 2 up / 1 down)" in paired
+    rows = list(csv.DictReader(render.csv_text(tmp_path, table).splitlines()))
+    fedavg_row = next(r for r in rows if r["row"] == "fedavg" and r["column"] == "cifar10-dir05")
+    assert float(fedavg_row["gap_vs_ours"]) == pytest.approx(gap)
+    assert (fedavg_row["wins"], fedavg_row["losses"]) == ("2", "1")
+
+
+def test_runtime_is_minutes_and_the_ratio_to_fedavg(tmp_path):
+    _fake_run(tmp_path, "cifar10-dir05", "fedavg", 0, [0.5], minutes=2.0)
+    _fake_run(tmp_path, "cifar10-dir05", "pfedgm", 0, [0.5], minutes=3.0)
+    text = render.markdown(tmp_path, TABLES["runtime"])
+    assert "3.0 min (1.50x)<br>paper 81.75 (1.26x)" in text
+
+
+def test_a_folder_holding_another_budget_is_refused_before_any_run(tmp_path, capsys):
+    folder = tmp_path / "cifar10-dir05/pfedgm/seed0"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"num-server-rounds": 30}))
+    code = cli.main(["run", "standard", "--out", str(tmp_path), "--rounds", "200",
+                     "--columns", "cifar10-dir05", "--methods", "pfedgm"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "30 rounds, not 200" in err[0]
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["run", "standart", "--out", "/tmp/x"], "no table ['standart']"),
+        (["run", "standard", "--out", "relative"], "absolute"),
+        (["run", "standard", "--out", "/tmp/x", "--methods", "fedavgg"], "no method"),
+        (["run", "standard", "--out", "/tmp/x", "--columns", "cifar10-dir5"], "no run matches"),
+        (["render", "--out", "/tmp/x", "--tables", "tsne"], "no table ['tsne']"),
+    ],
+)
+def test_bad_input_is_one_line_naming_what_to_fix(argv, says, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0]
+
+
+TINY = ["--offline", "--clients", "4", "--rounds", "1", "--set", "pool-size=1000",
+        "--set", "local-epochs=1", "--set", "client-threads=1"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_tiny_grid_runs_renders_and_skips_what_is_done(cifar10, tmp_path):
+    todo = runs(["standard"], [0, 1], ["cifar10-dir05"])
+    todo = [r for r in todo if r.name in ("pfedgm", "fedavg")]
+    keys = {"pool-size": 1000, "local-epochs": 1, "client-threads": 1}
+    engine = Engine("inprocess", app_dir=ROOT)
+    assert run_grid(todo, tmp_path, 1, engine, offline=True, extra=keys, clients=4) == []
+    summaries = {(r.name, r.seed): json.loads((r.folder(tmp_path) / "summary.json").read_text())
+                 for r in todo}  # fmt: skip
+    stamps = {r: (r.folder(tmp_path) / "summary.json").stat().st_mtime_ns for r in todo}
+    assert run_grid(todo, tmp_path, 1, engine, offline=True, extra=keys, clients=4) == []
+    assert stamps == {r: (r.folder(tmp_path) / "summary.json").stat().st_mtime_ns for r in todo}
+    rows = list(csv.DictReader(render.csv_text(tmp_path, TABLES["standard"]).splitlines()))
+    for method in ("pfedgm", "fedavg"):
+        row = next(r for r in rows if r["row"] == method and r["column"] == "cifar10-dir05")
+        expected = (
+            summaries[method, 0]["mean_accuracy"] + summaries[method, 1]["mean_accuracy"]
+        ) / 2
+        assert float(row["mean"]) == pytest.approx(expected, abs=1e-3)
+        assert row["seeds"] == "0 1" and row["rounds"] == "1"
+
+
+@pytest.mark.slow
+def test_the_console_script_runs_a_cell_through_flwr(cifar10, flower_env, tmp_path):
+    env = {**flower_env}
+    script = str(Path(sys.executable).parent / "pfedgm-paper")  # the installed console script
+    argv = [script, "run", "standard", "--out", str(tmp_path), "--columns",
+            "cifar10-dir05", "--methods", "fedavg", *TINY]  # fmt: skip
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = tmp_path / "cifar10-dir05/fedavg/seed0/summary.json"
+    assert json.loads(summary.read_text())["rounds"] == 1
+    assert "1/1 runs done" in done.stdout
