@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools import results_md
 from devtools.reference import COMMAND, pages
 from pfedgm_app.methods import METHODS, markdown_table, run_config_keys
 from pfedgm_app.reference import MEANINGS
@@ -18,6 +19,7 @@ DOCS = ROOT / "docs"
 PAGES = [
     ROOT / "README.md",
     ROOT / "RESULTS.md",
+    ROOT / "REPRODUCING.md",
     ROOT / "deploy" / "README.md",
     ROOT / "benchmarks" / "README.md",
     ROOT / "examples" / "quickstart-pfedgm" / "README.md",
@@ -32,6 +34,23 @@ def test_reference_pages_are_current(name):
     path = DOCS / name
     assert path.exists() and path.read_text() == pages()[name], (
         f"docs/{name} is out of date: run `{COMMAND}`"
+    )
+
+
+@pytest.mark.parametrize("page", results_md.PAGES, ids=lambda p: p.name)
+def test_rendered_tables_in_the_pages_are_the_rendered_files(page):
+    """RESULTS.md's tables come from `pfedgm-paper render`: each block equals its file."""
+    text = page.read_text()
+    assert text == results_md.spliced(text), (
+        f"{page.name} is out of date: run `{results_md.COMMAND}`"
+    )
+
+
+def test_a_block_takes_its_files_text(tmp_path):
+    (tmp_path / "t.md").write_text("| a |\n")
+    page = "x\n<!-- rendered: t.md -->\nold\n<!-- end rendered -->\ny\n"
+    assert results_md.spliced(page, tmp_path) == (
+        "x\n<!-- rendered: t.md -->\n| a |\n<!-- end rendered -->\ny\n"
     )
 
 

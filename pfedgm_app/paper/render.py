@@ -72,25 +72,33 @@ def _std(value: float) -> str:
     return f"{value:.1f}" if value < 10 else f"{value:.0f}"
 
 
+def shown(table: Table, cells: dict) -> tuple[str, ...]:
+    """The columns with a finished run (all of them before any): the Markdown leaves the
+    others out, the CSV keeps every cell."""
+    return tuple(c for c in table.columns if any(col == c for _, col in cells)) or table.columns
+
+
 def markdown(out: Path, table: Table) -> str:
-    """The table, then its budget and seeds, then the paired differences."""
+    """The table (its columns with runs), then its budget and seeds, then the paired
+    differences."""
     cells = read_table(out, table)
-    lines = [f"### {table.caption}", "", *_header(table)]
+    columns = shown(table, cells)
+    lines = [f"### {table.caption}", "", *_header(columns)]
     for row in table.rows:
         texts = []
-        for column in table.columns:
+        for column in columns:
             means = [c.mean for (r, col), c in cells.items() if col == column]
             best = (row.name, column) in cells and cells[row.name, column].mean == max(means)
             texts.append(cell_text(table, cells, row, column, best and table.kind != "runtime"))
         lines.append(f"| {row.label} | " + " | ".join(texts) + " |")
     lines += ["", budget_line(cells)]
     if table.kind != "runtime":
-        lines += ["", *paired_lines(table, cells)]
+        lines += ["", *paired_lines(table, cells, columns)]
     return "\n".join(lines) + "\n"
 
 
-def _header(table: Table) -> list[str]:
-    return ["| | " + " | ".join(table.columns) + " |", "|---" * (len(table.columns) + 1) + "|"]
+def _header(columns: tuple[str, ...]) -> list[str]:
+    return ["| | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
 
 
 def budget_line(cells: dict[tuple[str, str], Cell]) -> str:
@@ -103,17 +111,18 @@ def budget_line(cells: dict[tuple[str, str], Cell]) -> str:
             "(std across clients), averaged over seeds; paper: its table.")  # fmt: skip
 
 
-def paired_lines(table: Table, cells: dict[tuple[str, str], Cell]) -> list[str]:
+def paired_lines(table: Table, cells: dict[tuple[str, str], Cell], columns: tuple[str, ...]
+                 ) -> list[str]:  # fmt: skip
     """{ours} - each other row per column: mean over (seed, client) pairs, se, clients up /
-    down; with several seeds, each seed's gap too."""
+    down; with several seeds, each seed's gap too. Rows with no pair are left out."""
     ours = ours_row(table)
     lines = [f"{ours.label} minus each row, per client (test-size weighted mean, standard "
-             "error, clients up / down; pooled over seeds):", "", *_header(table)]  # fmt: skip
+             "error, clients up / down; pooled over seeds):", "", *_header(columns)]  # fmt: skip
     for row in table.rows:
         if row.name == ours.name:
             continue
         texts = []
-        for column in table.columns:
+        for column in columns:
             a, b = cells.get((ours.name, column)), cells.get((row.name, column))
             gap = paired_gap(a.per_client, b.per_client) if a and b else None
             text = "-" if gap is None else gap.text()
@@ -121,7 +130,8 @@ def paired_lines(table: Table, cells: dict[tuple[str, str], Cell]) -> list[str]:
                 seeds = per_seed(a.per_client, b.per_client)
                 text += "<br>seeds: " + ", ".join(f"{g.gap:+.2f}" for g in seeds.values())
             texts.append(text)
-        lines.append(f"| {row.label} | " + " | ".join(texts) + " |")
+        if any(t != "-" for t in texts):
+            lines.append(f"| {row.label} | " + " | ".join(texts) + " |")
     return lines
 
 
