@@ -31,7 +31,8 @@ import tempfile
 from pathlib import Path
 
 from bench_speed import TreeSampler  # benchmarks/ is on sys.path when run as a script
-from compare import extra_keys
+
+from pfedgm_app.paper.cli import set_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
@@ -53,7 +54,7 @@ def scale_run(clients: int, args: argparse.Namespace, env: dict, home: Path) -> 
         "min-train-samples": 10,
         "pool-size": args.per_client * clients,
         "messages-in-flight": args.messages_in_flight,
-        **extra_keys(args.set),
+        **set_keys(args.set),
         "output-dir": str(out),
     }
     if args.engine == "inprocess":

@@ -39,13 +39,13 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
-from compare import extra_keys  # benchmarks/ is on sys.path when run as a script
 from flwr.app import ArrayRecord, RecordDict
 from flwr.common import serde
 from torch import nn
 
 from pfedgm_app.methods import get_method
 from pfedgm_app.models import build_model
+from pfedgm_app.paper.cli import set_keys
 from pfedgm_app.training import make_sgd, run_epochs, supervised_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,7 +158,7 @@ def app_run(method: str, args: argparse.Namespace, env: dict, home: Path) -> dic
         "fraction-train": args.fraction,
         "local-epochs": args.epochs,
         "output-dir": str(out),
-        **extra_keys(args.set),
+        **set_keys(args.set),
     }
     sampler = TreeSampler(home, out / "rounds.jsonl")
     sampler.start()

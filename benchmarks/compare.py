@@ -29,6 +29,7 @@ from pathlib import Path
 from paper_table import print_table  # benchmarks/ is on sys.path when run as a script
 
 from pfedgm_app.methods import METHODS
+from pfedgm_app.paper.cli import set_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
@@ -81,7 +82,7 @@ def main() -> None:
                 "client-threads": args.client_threads,
                 "output-dir": str(target),
                 "resume": (target / "checkpoint.pt").exists(),
-                **extra_keys(args.set),
+                **set_keys(args.set),
             }
             if args.engine == "inprocess":
                 started = time.time()
@@ -95,20 +96,6 @@ def main() -> None:
     finally:
         stop_local_superlink(home)
     print_table({args.alpha: summaries})
-
-
-def extra_keys(pairs: list[str]) -> dict:
-    """["corruption=100C", "lambda=0.5"] -> {"corruption": "100C", "lambda": 0.5}."""
-    keys = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--set expects KEY=VALUE, got {pair!r}")
-        try:
-            keys[key] = json.loads(value.lower() if value.lower() in ("true", "false") else value)
-        except ValueError:
-            keys[key] = value
-    return keys
 
 
 if __name__ == "__main__":

@@ -35,15 +35,16 @@ def _seeds(text: str) -> list[int]:
         raise SystemExit(f"--seeds takes integers separated by commas, got {text!r}") from None
 
 
-def _keys(pairs: list[str]) -> dict:
-    """--set key=value (a run-config key for every run): the value as TOML reads it."""
+def set_keys(pairs: list[str]) -> dict:
+    """["corruption=100C", "lambda=0.5"] (`--set`, run-config keys) -> {"corruption": "100C",
+    "lambda": 0.5}: each value as TOML reads it, else the text."""
     import tomllib
 
     keys = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
-            raise SystemExit(f"--set takes KEY=VALUE, got {pair!r}")
+            raise ValueError(f"--set takes KEY=VALUE, got {pair!r}")
         try:
             keys[key] = tomllib.loads(f"v = {value}")["v"]
         except tomllib.TOMLDecodeError:
@@ -109,11 +110,15 @@ def _list(args) -> int:
     return 0
 
 
+def _known(option: str, names: list[str], known) -> list[str]:
+    """`names` when each is in `known`; else one line naming the others and the choices."""
+    if unknown := [n for n in names if n not in known]:
+        raise ValueError(f"{option}: no {option[2:-1]} {unknown}; choose from {', '.join(known)}")
+    return names
+
+
 def _run(args) -> int:
-    methods = _names(args.methods)
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise ValueError(f"--methods: no method {unknown}; choose from {', '.join(METHODS)}")
+    methods = _known("--methods", _names(args.methods), METHODS)
     if not args.out.is_absolute():
         raise ValueError(f"--out {args.out}: give an absolute path (the app runs elsewhere)")
     todo = runs(_names(args.tables), _seeds(args.seeds), _names(args.columns))
@@ -130,7 +135,7 @@ def _run(args) -> int:
         return 0
     engine = Engine(args.engine, args.workers, args.cpus, args.gpus, args.app.resolve())
     failures = run_grid(
-        todo, args.out, args.rounds, engine, args.offline, _keys(args.set), clients=args.clients
+        todo, args.out, args.rounds, engine, args.offline, set_keys(args.set), clients=args.clients
     )
     for run, status in failures:
         print(f"failed: {run.label()}: {status}", file=sys.stderr)
@@ -168,10 +173,7 @@ def _render(args) -> int:
     from .figures import figures
     from .render import render
 
-    tables = _names(args.tables)
-    unknown = [t for t in tables if t not in TABLES]
-    if unknown:
-        raise ValueError(f"--tables: no table {unknown}; choose from {', '.join(TABLES)}")
+    tables = _known("--tables", _names(args.tables), TABLES)
     to = args.to or args.out / "rendered"
     for path in render(args.out, to, tables) + figures(args.out, to / "figures", tables):
         print(path)
