@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The finished runs of benchmarks/protocol200.sh into the grid's layout (checked against the
+# grid's run-config by adopt_runs.py), then rendered with the standard table:
+#   benchmarks/protocol200_adopt.sh /abs/results/protocol200 results/paper/r200
+set -euo pipefail
+src=${1:?give protocol200.sh's results folder}
+to=${2:?give the rendered folder, e.g. results/paper/r200}
+here=$(cd "$(dirname "$0")" && pwd)
+pairs=()
+for run in "$src"/*/*/summary.json; do
+  [ -e "$run" ] || continue
+  dir=$(dirname "$run"); method=$(basename "$dir"); cell=$(basename "$(dirname "$dir")")
+  dataset=${cell%-*} alpha=${cell##*-}
+  pairs+=("$dir=$dataset-dir${alpha/./}/$method/0")
+done
+python "$here/adopt_runs.py" --to "$to/runs" "${pairs[@]}"
+pfedgm-paper render --out "$to/runs" --to "$to" --tables standard
