@@ -147,7 +147,8 @@ def runs(tables: list[str], seeds: list[int], columns: list[str] | None = None) 
             if columns and column not in columns:
                 continue
             for seed in seeds:
-                for row in t.rows:
+                # pFedGM's run first, so a grid stopped part-way has it in every cell reached
+                for row in sorted(t.rows, key=lambda r: r.run != "pfedgm"):
                     found.setdefault((column, row.run, seed), Run(column, row.run, seed, row.keys))
     return list(found.values())
 
