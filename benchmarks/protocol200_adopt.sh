@@ -3,7 +3,7 @@
 # grid's run-config by adopt_runs.py), then rendered with the standard table:
 #   benchmarks/protocol200_adopt.sh /abs/results/protocol200 results/paper/r200
 set -euo pipefail
-src=${1:?give protocol200.sh's results folder}
+src=${1:?give the results folder of protocol200.sh}
 to=${2:?give the rendered folder, e.g. results/paper/r200}
 here=$(cd "$(dirname "$0")" && pwd)
 pairs=()

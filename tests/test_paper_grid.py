@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pfedgm_app.paper import cli, grid, render
-from pfedgm_app.paper.cells import read_cell
+from pfedgm_app.paper.cells import curve, read_cell
 from pfedgm_app.paper.grid import TABLES, Run, runs
 from pfedgm_app.paper.published import PUBLISHED
 from pfedgm_app.paper.runner import Engine, run_grid
@@ -178,3 +178,14 @@ def test_the_console_script_runs_a_cell_through_flwr(cifar10, flower_env, tmp_pa
     summary = tmp_path / "cifar10-dir05/fedavg/seed0/summary.json"
     assert json.loads(summary.read_text())["rounds"] == 1
     assert "1/1 runs done" in done.stdout
+
+
+def test_a_curve_holds_the_evaluated_rounds_and_the_final_one_over_seeds(tmp_path):
+    for seed, (mid, final) in enumerate([(40.0, 50.0), (44.0, 54.0)]):
+        _fake_run(tmp_path, "cifar10-q01", "pfedgm", seed, [0.5])
+        folder = tmp_path / "cifar10-q01/pfedgm" / f"seed{seed}"
+        rows = [{"round": 1}, {"round": 2, "personalized-accuracy": mid, "personalized-std": 2.0}]
+        (folder / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        summary = {"rounds": 3, "mean_accuracy": final, "std_accuracy": 4.0}
+        (folder / "summary.json").write_text(json.dumps(summary))
+    assert curve(tmp_path, "cifar10-q01", "pfedgm") == {2: (42.0, 2.0), 3: (52.0, 4.0)}

@@ -87,14 +87,19 @@ def read_cell(out: Path, column: str, row: Row) -> Cell | None:
 
 def curve(out: Path, column: str, run: str) -> dict[int, tuple[float, float]]:
     """{round: (personalized accuracy, std across clients)} over the seeds, from each run's
-    `rounds.jsonl` (its `eval-every` rounds and the final one)."""
+    `rounds.jsonl` (its `eval-every` rounds) and `summary.json` (the final round)."""
     by_round: dict[int, list[tuple[float, float]]] = {}
     for folder in seed_folders(out, column, run).values():
+        points = {}
         for line in (folder / "rounds.jsonl").read_text().splitlines():
             entry = json.loads(line) if line.strip() else {}
             if entry.get(EVAL_MEAN) is not None:
-                by_round.setdefault(int(entry["round"]), []).append(
-                    (entry[EVAL_MEAN], entry.get(EVAL_STD) or 0.0)
-                )
+                points[int(entry["round"])] = (entry[EVAL_MEAN], entry.get(EVAL_STD) or 0.0)
+        # the final evaluation, also where `rounds.jsonl` predates holding it
+        summary = json.loads((folder / "summary.json").read_text())
+        if summary.get("mean_accuracy") is not None:
+            points[int(summary["rounds"])] = (summary["mean_accuracy"], summary["std_accuracy"])
+        for r, point in points.items():
+            by_round.setdefault(r, []).append(point)
     return {r: (sum(m for m, _ in v) / len(v), sum(s for _, s in v) / len(v))
             for r, v in sorted(by_round.items())}  # fmt: skip

@@ -34,7 +34,11 @@ def curves(out: Path, table: Table, column: str, path: Path) -> Path | None:
         lo = [m - s for m, s in zip(mean, std, strict=True)]
         hi = [m + s for m, s in zip(mean, std, strict=True)]
         ax.fill_between(rounds, lo, hi, alpha=0.12)
-    ax.set(xlabel="round", ylabel="personalized accuracy (%)", title=f"{column}: {table.caption}")
+    ax.set(
+        xlabel="round",
+        ylabel="personalized accuracy (%)",
+        title=f"{column}: personalized accuracy per round",
+    )
     ax.legend(fontsize=7)
     return _save(fig, path)
 
@@ -48,7 +52,7 @@ def distribution(out: Path, table: Table, column: str, path: Path) -> Path | Non
     fig, ax = plt.subplots(figsize=(max(4, 0.7 * len(rows) + 2), 4))
     ax.boxplot([[v for v, _ in c.per_client.values()] for _, c in rows], showmeans=True)
     ax.set_xticks(range(1, len(rows) + 1), [label for label, _ in rows], rotation=45, ha="right")
-    ax.set(ylabel="per-client accuracy (%)", title=f"{column}: {table.caption}")
+    ax.set(ylabel="per-client accuracy (%)", title=f"{column}: accuracy per client")
     return _save(fig, path)
 
 
