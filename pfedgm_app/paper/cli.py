@@ -133,7 +133,8 @@ def _run(args) -> int:
                      "stopped" if (folder / "checkpoint.pt").exists() else "missing")  # fmt: skip
             print(f"{state:8} {run.label()}  {folder}")
         return 0
-    engine = Engine(args.engine, args.workers, args.cpus, args.gpus, args.app.resolve())
+    offline = {"HF_HUB_OFFLINE": "1"} if args.offline else {}  # a SuperLink started now: no hub
+    engine = Engine(args.engine, args.workers, args.cpus, args.gpus, args.app.resolve(), offline)
     failures = run_grid(
         todo, args.out, args.rounds, engine, args.offline, set_keys(args.set), clients=args.clients
     )
