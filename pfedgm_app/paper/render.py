@@ -108,7 +108,9 @@ def budget_line(cells: dict[tuple[str, str], Cell]) -> str:
     seeds = sorted({s for c in cells.values() for s in c.seeds})
     return (f"Ours: {'/'.join(map(str, rounds))} rounds (the paper: 200), seeds "
             f"{', '.join(map(str, seeds))}; each cell: mean weighted by client test size "
-            "(std across clients), averaged over seeds; paper: its table.")  # fmt: skip
+            "(std across clients), averaged over seeds; paper: its table."
+            + ("" if len({tuple(c.seeds) for c in cells.values()}) == 1 else
+               " Not every cell has every seed yet: a cell averages the seeds it has."))  # fmt: skip
 
 
 def paired_lines(table: Table, cells: dict[tuple[str, str], Cell], columns: tuple[str, ...]
