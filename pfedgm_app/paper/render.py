@@ -106,11 +106,12 @@ def budget_line(cells: dict[tuple[str, str], Cell]) -> str:
         return "No finished run in this folder yet."
     rounds = sorted({c.rounds for c in cells.values()})
     seeds = sorted({s for c in cells.values() for s in c.seeds})
+    uneven = len({tuple(c.seeds) for c in cells.values()}) > 1
     return (f"Ours: {'/'.join(map(str, rounds))} rounds (the paper: 200), seeds "
             f"{', '.join(map(str, seeds))}; each cell: mean weighted by client test size "
             "(std across clients), averaged over seeds; paper: its table."
-            + ("" if len({tuple(c.seeds) for c in cells.values()}) == 1 else
-               " Not every cell has every seed yet: a cell averages the seeds it has."))  # fmt: skip
+            + (" Not every cell has every seed yet: a cell averages the seeds it has."
+               if uneven else ""))  # fmt: skip
 
 
 def paired_lines(table: Table, cells: dict[tuple[str, str], Cell], columns: tuple[str, ...]
