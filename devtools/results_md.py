@@ -1,6 +1,6 @@
 """Put the rendered tables into RESULTS.md (and any page): a block between
 
-    <!-- rendered: results/paper/r30/standard.md -->
+    <!-- rendered: docs/results/r30/standard.md -->
     ...
     <!-- end rendered -->
 

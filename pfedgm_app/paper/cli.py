@@ -4,7 +4,7 @@
     pfedgm-paper run standard --out /abs/paper --rounds 200 --seeds 0,1,2 --offline
     pfedgm-paper run objective,decoupling --out /abs/paper --columns cifar10s-dir05-100c
     pfedgm-paper collect --out /abs/paper --to results/paper/runs   # the small files only
-    pfedgm-paper render --out results/paper/runs --to results/paper/rendered
+    pfedgm-paper render --out results/paper/runs --to docs/results/rendered
 
 `run` runs each missing run (resumably: `runner`) and prints one progress line; `collect` copies
 what the renderings read of each finished run (no models, no checkpoints) to a folder that can
