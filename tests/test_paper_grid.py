@@ -189,3 +189,14 @@ def test_a_curve_holds_the_evaluated_rounds_and_the_final_one_over_seeds(tmp_pat
         summary = {"rounds": 3, "mean_accuracy": final, "std_accuracy": 4.0}
         (folder / "summary.json").write_text(json.dumps(summary))
     assert curve(tmp_path, "cifar10-q01", "pfedgm") == {2: (42.0, 2.0), 3: (52.0, 4.0)}
+
+
+def test_figures_are_drawn_for_the_cells_that_have_runs(tmp_path):
+    from pfedgm_app.paper.figures import figures
+
+    _fake_run(tmp_path, "cifar10s-dir05-100c", "pfedgm", 0, [0.8, 0.6])
+    _fake_run(tmp_path, "cifar10s-dir05-100c", "pfedgm-npo", 0, [0.7, 0.5])
+    written = figures(tmp_path, tmp_path / "figures", ["objective", "corruption"])
+    names = sorted(p.name for p in written)
+    assert names == ["corruption-cifar10s-dir05-100c-clients.png", "objective-bars.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)

@@ -43,9 +43,8 @@ def curves(out: Path, table: Table, column: str, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def distribution(out: Path, table: Table, column: str, path: Path) -> Path | None:
-    """Per-client accuracy per row (all seeds), as box plots."""
-    cells = read_table(out, table)
+def distribution(cells: dict, table: Table, column: str, path: Path) -> Path | None:
+    """Per-client accuracy per row (all seeds; `cells`: `render.read_table`), as box plots."""
     rows = [(r.label, cells[r.name, column]) for r in table.rows if (r.name, column) in cells]
     if not rows:
         return None
@@ -56,10 +55,9 @@ def distribution(out: Path, table: Table, column: str, path: Path) -> Path | Non
     return _save(fig, path)
 
 
-def ablation_bars(out: Path, table: Table, path: Path) -> Path | None:
-    """Grouped bars: one group per column, one bar per row; error bars are the std across
-    clients."""
-    cells = read_table(out, table)
+def ablation_bars(cells: dict, table: Table, path: Path) -> Path | None:
+    """Grouped bars: one group per column, one bar per row (`cells`: `render.read_table`);
+    error bars are the std across clients."""
     columns = [c for c in table.columns if any((r.name, c) in cells for r in table.rows)]
     if not columns:
         return None
@@ -100,12 +98,13 @@ def figures(out: Path, to: Path, tables: list[str]) -> list[Path]:
     written = [tsne(out, to / "tsne.png")] if "corruption" in tables else []
     for name in tables:
         table = TABLES[name]
-        if name in ABLATIONS:
-            written.append(ablation_bars(out, table, to / f"{name}-bars.png"))
-            continue
         if table.kind == "runtime":
+            continue
+        cells = read_table(out, table)  # once per table: each reads every run's clients.csv
+        if name in ABLATIONS:
+            written.append(ablation_bars(cells, table, to / f"{name}-bars.png"))
             continue
         for column in table.columns:
             written.append(curves(out, table, column, to / f"{name}-{column}-curves.png"))
-            written.append(distribution(out, table, column, to / f"{name}-{column}-clients.png"))
+            written.append(distribution(cells, table, column, to / f"{name}-{column}-clients.png"))
     return [p for p in written if p is not None]
