@@ -91,7 +91,8 @@ def curve(out: Path, column: str, run: str) -> dict[int, tuple[float, float]]:
     by_round: dict[int, list[tuple[float, float]]] = {}
     for folder in seed_folders(out, column, run).values():
         points = {}
-        for line in (folder / "rounds.jsonl").read_text().splitlines():
+        rounds = folder / "rounds.jsonl"  # absent where a run was copied without it
+        for line in rounds.read_text().splitlines() if rounds.exists() else []:
             entry = json.loads(line) if line.strip() else {}
             if entry.get(EVAL_MEAN) is not None:
                 points[int(entry["round"])] = (entry[EVAL_MEAN], entry.get(EVAL_STD) or 0.0)
