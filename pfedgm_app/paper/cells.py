@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import wire
 from ..plots import EVAL_MEAN, EVAL_STD
+from ..strategies.personalize import accuracy_stats
 from .grid import Row
 from .paired import PerClient
 
@@ -52,15 +52,6 @@ def client_rows(folder: Path, metric: str) -> dict[int, tuple[float, int]]:
     return rows
 
 
-def weighted_mean_std(values: list[tuple[float, int]]) -> tuple[float, float]:
-    """Mean weighted by test size and std across clients (unweighted, population), as
-    `summary.json`."""
-    total = sum(w for _, w in values)
-    mean = sum(v * w for v, w in values) / total
-    plain = sum(v for v, _ in values) / len(values)
-    return mean, math.sqrt(sum((v - plain) ** 2 for v, _ in values) / len(values))
-
-
 def read_cell(out: Path, column: str, row: Row) -> Cell | None:
     """The cell of `row` in `column`, over the seeds found; None when no run has finished."""
     folders = seed_folders(out, column, row.run)
@@ -71,7 +62,7 @@ def read_cell(out: Path, column: str, row: Row) -> Cell | None:
         if not rows:
             continue
         summary = json.loads((folder / "summary.json").read_text())
-        mean, std = weighted_mean_std(list(rows.values()))
+        mean, std, _ = accuracy_stats([v for v, _ in rows.values()], [w for _, w in rows.values()])
         means.append(mean), stds.append(std)
         minutes.append(summary.get("seconds_total", float("nan")) / 60)
         rounds.add(int(summary.get("rounds", 0)))

@@ -75,17 +75,23 @@ def collect(
     return summarize(rows, failures)
 
 
+def accuracy_stats(accuracies: list[float], weights: list[float]) -> tuple[float, float, float]:
+    """Per-client accuracies -> (mean weighted by test size, std across clients, unweighted
+    mean): the figures of a run's summary, and of a table's cell (`paper.cells`)."""
+    acc = np.array(accuracies, dtype=float)
+    return float(np.average(acc, weights=weights)), float(acc.std()), float(acc.mean())
+
+
 def summarize(rows: list[dict[str, float]], failures: list[str]) -> PersonalizationResult:
     """Weighted mean (by test size) and std across clients, in percent, of every `acc*` key;
     with no row, no mean (None) and the failures that explain why."""
     if not rows:
         log(WARNING, "personalize round: no usable reply (%s)", "; ".join(failures[:3]))
         return PersonalizationResult([], None, None, None, {}, failures)
-    weights = np.array([r[wire.NUM_TEST] for r in rows], dtype=float)
+    weights = [r[wire.NUM_TEST] for r in rows]
 
     def stats(key: str) -> tuple[float, float, float]:
-        acc = 100 * np.array([r[key] for r in rows], dtype=float)
-        return float(np.average(acc, weights=weights)), float(acc.std()), float(acc.mean())
+        return accuracy_stats([100 * r[key] for r in rows], weights)
 
     mean, std, unweighted = stats(wire.ACCURACY)
     others = sorted({k for r in rows for k in r if k.startswith("acc") and k != wire.ACCURACY})
