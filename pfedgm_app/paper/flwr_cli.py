@@ -38,6 +38,7 @@ class FlowerRun:
     output_dir: Path
     summary: dict[str, Any] = field(default_factory=dict)
     wall_seconds: float = 0.0
+    details: str = ""  # the SuperLink's `status-details` of a run not completed (why it ended)
 
     @property
     def ok(self) -> bool:
@@ -113,7 +114,18 @@ def run_app(
     log = flwr(["log", run_id, *link, "--show"], env, check=False).stdout
     summary_path = output_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    return FlowerRun(run_id, status, log, output_dir, summary, time.time() - started)
+    details = "" if status == "finished:completed" else _details(run_id, link, env)
+    return FlowerRun(run_id, status, log, output_dir, summary, time.time() - started, details)
+
+
+def _details(run_id: str, link: list[str], env: dict[str, str]) -> str:
+    """Why the SuperLink ended a run (e.g. an expired run, an exception outside the app),
+    which its log does not always say."""
+    listed = flwr(["list", *link, "--run-id", run_id, "--format", "json"], env, check=False)
+    try:
+        return json.loads(listed.stdout)["runs"][0].get("status-details", "")
+    except (ValueError, KeyError, IndexError):
+        return ""
 
 
 def _wait(

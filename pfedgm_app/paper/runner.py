@@ -178,7 +178,7 @@ def _engine(engine: Engine) -> Callable[[dict, int], str]:
         run = run_app(cfg, n, env, engine.cpus, 7 * 24 * 3600, engine.gpus, engine.app_dir)
         if run.ok:
             return "ok"
-        last = [line for line in run.log.splitlines() if line.strip()][-1:]
-        return f"{run.status} (flwr run {run.run_id}){': ' + last[0] if last else ''}"
+        why = [line for line in run.log.splitlines() if line.strip()][-1:] + [run.details]
+        return f"{run.status} (flwr run {run.run_id}): " + "; ".join(w for w in why if w)
 
     return simulate
