@@ -118,12 +118,17 @@ def run_app(
     return FlowerRun(run_id, status, log, output_dir, summary, time.time() - started, details)
 
 
+def _listed(run_id: str, link: list[str], env: dict[str, str], check: bool = True) -> dict:
+    """The run as `flwr list` shows it: `status`, `status-details`, ..."""
+    cmd = ["list", *link, "--run-id", run_id, "--format", "json"]
+    return json.loads(flwr(cmd, env, check).stdout)["runs"][0]
+
+
 def _details(run_id: str, link: list[str], env: dict[str, str]) -> str:
     """Why the SuperLink ended a run (e.g. an expired run, an exception outside the app),
     which its log does not always say."""
-    listed = flwr(["list", *link, "--run-id", run_id, "--format", "json"], env, check=False)
     try:
-        return json.loads(listed.stdout)["runs"][0].get("status-details", "")
+        return _listed(run_id, link, env, check=False).get("status-details", "")
     except (ValueError, KeyError, IndexError):
         return ""
 
@@ -181,8 +186,7 @@ def _poll(
         if (written := _last_write(output_dir)) > seen:  # alive: ask later
             seen, next_list = written, max(next_list, time.time() + pause)
         if time.time() >= next_list or time.time() > deadline or summary.exists():
-            cmd = ["list", *link, "--run-id", run_id, "--format", "json"]
-            status = json.loads(flwr(cmd, env).stdout)["runs"][0]["status"]
+            status = _listed(run_id, link, env)["status"]
             if status.startswith("finished"):
                 return status
             if time.time() > deadline:
