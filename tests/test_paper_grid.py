@@ -191,6 +191,28 @@ def test_a_curve_holds_the_evaluated_rounds_and_the_final_one_over_seeds(tmp_pat
     assert curve(tmp_path, "cifar10-q01", "pfedgm") == {2: (42.0, 2.0), 3: (52.0, 4.0)}
 
 
+def _curve_run(out: Path, run: str, seed: int, points: dict[int, float]) -> None:
+    """A finished run that evaluated at each of `points`' rounds (the last one is final)."""
+    _fake_run(out, "cifar10-q01", run, seed, [0.5])
+    folder = out / "cifar10-q01" / run / f"seed{seed}"
+    *mid, (last, final) = points.items()
+    rows = [{"round": r, "personalized-accuracy": a, "personalized-std": 1.0} for r, a in mid]
+    (folder / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = {"rounds": last, "mean_accuracy": final, "std_accuracy": 1.0}
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def test_the_rendered_curves_give_each_round_and_pfedgm_minus_each_row(tmp_path):
+    _curve_run(tmp_path, "pfedgm", 0, {5: 30.0, 10: 40.0})
+    _curve_run(tmp_path, "pfedgm", 1, {5: 34.0, 10: 44.0})
+    _curve_run(tmp_path, "pfedfda", 0, {5: 35.0, 10: 41.0})
+    text = render.markdown(tmp_path, TABLES["low-participation"])
+    assert "| | 5 | 10 |" in text
+    assert "| pFedGM | 32.00 | 42.00 |" in text  # the mean over seeds
+    assert "| pFedFDA | 35.00 (-3.00) | 41.00 (+1.00) |" in text
+    assert "| FedAvg |" not in text.split("evaluated round")[-1]  # no run, no row
+
+
 def test_figures_are_drawn_for_the_cells_that_have_runs(tmp_path):
     from pfedgm_app.paper.figures import figures
 

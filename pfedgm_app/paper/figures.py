@@ -11,9 +11,9 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .cells import curve, seed_folders  # noqa: E402
+from .cells import seed_folders  # noqa: E402
 from .grid import TABLES, Table  # noqa: E402
-from .render import read_table  # noqa: E402
+from .render import read_table, row_curves  # noqa: E402
 
 ABLATIONS = ("adaptation", "objective", "decoupling")
 TSNE_COLUMN, TSNE_RUN = "cifar10s-dir05-100c", "pfedgm"  # the paper's t-SNE: CIFAR-10S Dir(0.5)
@@ -22,7 +22,7 @@ TSNE_COLUMN, TSNE_RUN = "cifar10s-dir05-100c", "pfedgm"  # the paper's t-SNE: CI
 def curves(out: Path, table: Table, column: str, path: Path) -> Path | None:
     """Personalized accuracy per evaluated round, one line per row (mean over seeds), with a
     band of the std across clients."""
-    lines = {r.label: c for r in table.rows if len(c := curve(out, column, r.run)) > 1}
+    lines = {r.label: c for r, c in row_curves(out, table, column).items()}
     if not lines:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))

@@ -13,7 +13,7 @@ import csv
 import io
 from pathlib import Path
 
-from .cells import Cell, read_cell
+from .cells import Cell, curve, read_cell
 from .grid import TABLES, Row, Table
 from .paired import paired_gap, per_seed
 from .published import PUBLISHED
@@ -94,6 +94,8 @@ def markdown(out: Path, table: Table) -> str:
     lines += ["", budget_line(cells)]
     if table.kind != "runtime":
         lines += ["", *paired_lines(table, cells, columns)]
+        for column in columns:
+            lines += round_lines(out, table, column)
     return "\n".join(lines) + "\n"
 
 
@@ -135,6 +137,38 @@ def paired_lines(table: Table, cells: dict[tuple[str, str], Cell], columns: tupl
             texts.append(text)
         if any(t != "-" for t in texts):
             lines.append(f"| {row.label} | " + " | ".join(texts) + " |")
+    return lines
+
+
+def row_curves(out: Path, table: Table, column: str) -> dict[Row, dict[int, tuple[float, float]]]:
+    """{row: its curve (`cells.curve`)} for the rows that evaluated along the way; a curve is
+    the personalized accuracy, so rows reading another metric (the adaptation modes) have none."""
+    return {r: c for r in table.rows
+            if r.metric == "accuracy" and len(c := curve(out, column, r.run)) > 1}  # fmt: skip
+
+
+def round_lines(out: Path, table: Table, column: str) -> list[str]:
+    """The accuracy curves of `column` as a table (rows by rounds), for runs that evaluated
+    along the way (`eval-every`): each row's mean over seeds, and beside it the table's own
+    method minus that row. Per-round accuracy is kept per run, not per client, so this is a
+    difference of means, not a paired one."""
+    ours = ours_row(table)
+    curves = row_curves(out, table, column)
+    if not curves:
+        return []
+    rounds = sorted({r for c in curves.values() for r in c})
+    mine = curves.get(ours)
+    lines = ["", f"{column}: personalized accuracy at each evaluated round (mean over seeds; "
+             f"in parentheses, {ours.label}'s mean minus the row's):", "",
+             *_header(tuple(map(str, rounds)))]  # fmt: skip
+    for row, points in curves.items():
+        texts = []
+        for r in rounds:
+            text = f"{points[r][0]:.2f}" if r in points else "-"
+            if mine and row != ours and r in points and r in mine:
+                text += f" ({mine[r][0] - points[r][0]:+.2f})"
+            texts.append(text)
+        lines.append(f"| {row.label} | " + " | ".join(texts) + " |")
     return lines
 
 
