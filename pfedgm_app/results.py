@@ -25,6 +25,8 @@ from .config import ConfigError, RunConfig, Settings
 from .plots import EVAL_MEAN, EVAL_STD, dataset_label, plot_rounds
 from .strategies import PersonalizationResult, summarize
 
+ELAPSED = "seconds-elapsed"  # rounds.jsonl: the run's wall seconds so far, over its sittings
+
 
 class RunWriter:
     """Writes one run's outputs into `run_dir` and keeps its clock (`mark` names a moment:
@@ -38,6 +40,7 @@ class RunWriter:
         self.fresh = False  # a new run's folder, made (and cleared) by its first write
         self.lock: checkpoint.FolderLock | None = None  # held while the run writes here
         self.resumed_after = 0  # rounds of an earlier sitting (`resume`)
+        self.earlier = 0.0  # wall seconds of the earlier sittings, up to their last checkpoint
 
     @classmethod
     def create(cls, cfg: RunConfig, settings: Settings, started: float | None = None) -> RunWriter:
@@ -88,8 +91,12 @@ class RunWriter:
     def cut_rounds(self, done: int) -> None:
         """A resumed run's `rounds.jsonl` keeps rounds 1..done (a round logged after the last
         checkpoint is run again)."""
-        self._write_rounds([r for r in self._read_rounds() if r["round"] <= done])
+        kept = [r for r in self._read_rounds() if r["round"] <= done]
+        self._write_rounds(kept)
         self.resumed_after = done
+        # rows written before ELAPSED existed: the sum of their rounds' seconds, a lower bound
+        last = kept[-1] if kept else {}
+        self.earlier = last.get(ELAPSED) or sum(r.get("seconds", 0.0) for r in kept)
         log(INFO, "pFedGM app: resuming %s after round %d", self.run_dir, done)
 
     def close(self) -> None:
@@ -124,11 +131,13 @@ class RunWriter:
         self, server_round: int, arrays: ArrayRecord, metrics: MetricRecord | None, **extra
     ) -> None:
         """A strategy's `on_round` hook: one line of `rounds.jsonl` with the round's seconds
-        (training and aggregation; an evaluation of the round, in `extra`, is not counted)."""
+        (training and aggregation; an evaluation of the round, in `extra`, is not counted) and
+        the run's wall seconds so far, over all its sittings (`ELAPSED`)."""
         self.rounds_run += 1
         now = time.time()
         last = self.times.get("round", self.times.get("rounds", now))
-        self.append_round(server_round, metrics, seconds=now - last, **extra)
+        elapsed = self.earlier + now - self.times["started"]
+        self.append_round(server_round, metrics, seconds=now - last, **extra, **{ELAPSED: elapsed})
         self.times["round"] = time.time()
 
     def save_weights(self, arrays: ArrayRecord) -> Path:
@@ -174,7 +183,7 @@ class RunWriter:
             "ablation_mean_accuracy": outcome.means,
             "num_clients_evaluated": len(outcome.clients),
             "failures": outcome.failures,
-            "seconds_total": t["finished"] - t["started"],
+            "seconds_total": self.earlier + t["finished"] - t["started"],
             "seconds_training": t["trained"] - t["started"],
             "seconds_per_round": (t["trained"] - t["rounds"]) / max(self.rounds_run, 1),
             "seconds_personalize": t["finished"] - t["trained"],
@@ -182,7 +191,7 @@ class RunWriter:
         }
         if cfg.protocol != "standard":
             summary["protocol"] = cfg.protocol
-        if self.resumed_after:  # the seconds above are this sitting's
+        if self.resumed_after:  # seconds_total spans the sittings; the other seconds, this one's
             summary["resumed_after_round"] = self.resumed_after
         if by_type:
             summary["accuracy_by_type"] = by_type

@@ -17,7 +17,7 @@ from pfedgm_app import checkpoint
 from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.methods.base import NoSettings
 from pfedgm_app.plots import EVAL_MEAN, EVAL_STD
-from pfedgm_app.results import RunWriter
+from pfedgm_app.results import ELAPSED, RunWriter
 from pfedgm_app.strategies import summarize
 
 
@@ -94,6 +94,35 @@ def test_resuming_drops_a_torn_last_line_of_rounds_and_cuts_back_to_the_checkpoi
     (tmp_path / "rounds.jsonl").write_text('{"round": 1}\nnot json\n{"round": 2}\n')
     with pytest.raises(ConfigError, match="line 2 is not JSON; repair it"):
         RunWriter(tmp_path).cut_rounds(2)
+
+
+def _finish(writer: RunWriter, cfg: RunConfig) -> dict:
+    for name in ("rounds", "trained"):
+        writer.mark(name)
+    rows = [{"partition-id": 0, "accuracy": 0.5, "num-test": 10}]
+    return writer.finish(cfg, 1, summarize(rows, []))
+
+
+@pytest.mark.parametrize(
+    ("kept", "earlier"),
+    [  # rounds 1 and 2 kept, round 3 (after the checkpoint) dropped
+        ([{"seconds": 5.0, ELAPSED: 400.0}, {"seconds": 7.0, ELAPSED: 600.0}], 600.0),
+        ([{"seconds": 5.0}, {"seconds": 7.0}], 12.0),  # rows from before ELAPSED: a lower bound
+    ],
+)
+def test_a_resumed_runs_seconds_total_counts_its_earlier_sittings(tmp_path, kept, earlier):
+    rows = [{"round": i + 1, **r} for i, r in enumerate(kept)] + [{"round": 3, "seconds": 9.0}]
+    (tmp_path / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = RunConfig(output_dir=str(tmp_path), num_server_rounds=3)
+    writer = RunWriter(tmp_path)
+    writer.cut_rounds(2)
+    writer.on_round(3, ArrayRecord(), None)
+    summary = _finish(writer, cfg)
+    sitting = writer.times["finished"] - writer.times["started"]
+    assert summary["seconds_total"] == pytest.approx(earlier + sitting)
+    assert summary["seconds_training"] < 1.0  # this sitting's
+    last = json.loads((tmp_path / "rounds.jsonl").read_text().splitlines()[-1])
+    assert earlier <= last[ELAPSED] <= summary["seconds_total"]
 
 
 def _stopped_run(folder, **keys) -> RunConfig:
