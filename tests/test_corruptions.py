@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from pfedgm_app.data import blur, severities, weather
 from pfedgm_app.data import corruptions as C
 from pfedgm_app.data.corruptions import CORRUPTIONS, corrupt, corruption_pairs
 
@@ -205,7 +206,7 @@ def test_jpeg_equals_pil_round_trip(severity):
 
 def test_jpeg_error_grows_with_severity():
     x = _textured()
-    errors = [_mae(corrupt(x, "jpeg_compression", s, seed=0), x) for s in C.SEVERITIES]
+    errors = [_mae(corrupt(x, "jpeg_compression", s, seed=0), x) for s in severities.SEVERITIES]
     assert all(a < b for a, b in zip(errors, errors[1:], strict=False)), errors
 
 
@@ -215,30 +216,30 @@ def test_jpeg_error_grows_with_severity():
 
 def test_disk_kernel_definition():
     for radius, alias_blur in ((0.3, 0.4), (0.4, 0.5), (0.5, 0.6), (1, 0.2), (1.5, 0.1)):
-        kernel = C.disk_kernel(radius, alias_blur)
+        kernel = blur.disk_kernel(radius, alias_blur)
         assert kernel.shape == (17, 17)
         assert kernel.sum() == pytest.approx(1.0, abs=1e-12)
         np.testing.assert_allclose(kernel, kernel.T, atol=1e-15)
     # radius 0.3: a single pixel, so the kernel is the 3x3 Gaussian itself
     e = np.exp(-1 / (2 * 0.4**2))
     g = np.array([e, 1, e]) / (1 + 2 * e)
-    kernel = C.disk_kernel(0.3, 0.4)
+    kernel = blur.disk_kernel(0.3, 0.4)
     np.testing.assert_allclose(kernel[7:10, 7:10], np.outer(g, g), atol=1e-12)
     assert np.count_nonzero(kernel) == 9
     # radius 1: the 5-pixel plus, blurred; radius 1.5: the 3x3 square, blurred
-    assert np.count_nonzero(C.disk_kernel(1, 0.2)) == 21  # 5x5 minus the corners
-    assert np.count_nonzero(C.disk_kernel(1.5, 0.1)) == 25
+    assert np.count_nonzero(blur.disk_kernel(1, 0.2)) == 21  # 5x5 minus the corners
+    assert np.count_nonzero(blur.disk_kernel(1.5, 0.1)) == 25
 
 
 @pytest.mark.parametrize("severity", [1, 3, 5])
 def test_defocus_blur_equals_filter2d_with_reflect_101_borders(severity):
     radius, alias_blur = ((0.3, 0.4), (0.4, 0.5), (0.5, 0.6), (1, 0.2), (1.5, 0.1))[severity - 1]
     x = _random_images(n=2) / 255.0
-    kernel = C.disk_kernel(radius, alias_blur)
+    kernel = blur.disk_kernel(radius, alias_blur)
     padded = np.pad(x, ((0, 0), (8, 8), (8, 8), (0, 0)), mode="reflect")  # cv2 BORDER_REFLECT_101
     windows = np.lib.stride_tricks.sliding_window_view(padded, (17, 17), axis=(1, 2))
     want = np.clip(np.einsum("nhwcij,ij->nhwc", windows, kernel), 0, 1)
-    np.testing.assert_allclose(C.defocus_blur(x, severity), want, atol=1e-12)
+    np.testing.assert_allclose(blur.defocus_blur(x, severity), want, atol=1e-12)
 
 
 @pytest.mark.parametrize("severity", [1, 2, 3, 4, 5])
@@ -246,8 +247,8 @@ def test_defocus_blur_applies_its_kernel(severity):
     radius, alias_blur = ((0.3, 0.4), (0.4, 0.5), (0.5, 0.6), (1, 0.2), (1.5, 0.1))[severity - 1]
     delta = np.zeros((1, 32, 32, 3))
     delta[0, 16, 16] = 1.0
-    out = C.defocus_blur(delta, severity)
-    kernel = C.disk_kernel(radius, alias_blur)
+    out = blur.defocus_blur(delta, severity)
+    kernel = blur.disk_kernel(radius, alias_blur)
     np.testing.assert_allclose(out[0, 8:25, 8:25, 0], kernel[::-1, ::-1], atol=1e-12)
     flat = _flat(77, n=2)
     np.testing.assert_array_equal(corrupt(flat, "defocus_blur", severity, seed=0), flat)
@@ -255,15 +256,15 @@ def test_defocus_blur_applies_its_kernel(severity):
 
 def test_motion_blur_taps_follow_imagemagick():
     for radius, sigma in MOTION:
-        weights, dy, dx = C.motion_blur_taps(radius, sigma, 0.0)
+        weights, dy, dx = blur.motion_blur_taps(radius, sigma, 0.0)
         t = np.arange(2 * radius + 1)  # GetOptimalKernelWidth1D: 2 * ceil(radius) + 1 taps
         want = np.exp(-(t**2) / (2 * sigma**2))
         np.testing.assert_allclose(weights, want / want.sum(), atol=1e-15)
         np.testing.assert_array_equal(dx, t)  # angle 0: a one-sided horizontal line
         np.testing.assert_array_equal(dy, 0)
-        kernel = C.motion_blur_kernel(radius, sigma, 30.0)
+        kernel = blur.motion_blur_kernel(radius, sigma, 30.0)
         assert kernel.sum() == pytest.approx(1.0, abs=1e-12)
-    _, dy, dx = C.motion_blur_taps(6, 1.0, 45.0)
+    _, dy, dx = blur.motion_blur_taps(6, 1.0, 45.0)
     np.testing.assert_array_equal(dy, dx)
     np.testing.assert_array_equal(dx, np.ceil(np.arange(13) * np.sqrt(0.5) - 0.5))
 
@@ -274,9 +275,9 @@ def test_motion_blur_applies_its_kernel(severity):
     angles = np.array([-45.0, -10.0, 0.0, 33.0])
     delta = np.zeros((4, 64, 64, 3))
     delta[:, 32, 32] = 1.0
-    out = C.motion_blur(delta, severity, np.random.default_rng(0), angles=angles)
+    out = blur.motion_blur(delta, severity, np.random.default_rng(0), angles=angles)
     for image, angle in zip(out, angles, strict=True):
-        kernel = C.motion_blur_kernel(radius, sigma, angle)
+        kernel = blur.motion_blur_kernel(radius, sigma, angle)
         c = kernel.shape[0] // 2
         window = image[32 - c : 33 + c, 32 - c : 33 + c, 1]
         np.testing.assert_allclose(window, kernel[::-1, ::-1], atol=1e-12)
@@ -285,24 +286,24 @@ def test_motion_blur_applies_its_kernel(severity):
     x = _random_images(n=4) / 255.0
     drawn = np.random.default_rng(5).uniform(-45, 45, size=4)
     np.testing.assert_array_equal(
-        C.motion_blur(x, severity, np.random.default_rng(5)),
-        C.motion_blur(x, severity, np.random.default_rng(9), angles=drawn),
+        blur.motion_blur(x, severity, np.random.default_rng(5)),
+        blur.motion_blur(x, severity, np.random.default_rng(9), angles=drawn),
     )
     flat = _flat(77, n=2)
     np.testing.assert_array_equal(corrupt(flat, "motion_blur", severity, seed=0), flat)
     # off-image reads repeat the edge pixel: at angle 0 every tap of the last column reads it
-    at_zero = C.motion_blur(x, severity, None, angles=np.zeros(4))
+    at_zero = blur.motion_blur(x, severity, None, angles=np.zeros(4))
     np.testing.assert_allclose(at_zero[:, :, -1], x[:, :, -1], atol=1e-12)
-    down = C.motion_blur(x, severity, None, angles=np.full(4, 45.0))  # taps go right and down
+    down = blur.motion_blur(x, severity, None, angles=np.full(4, 45.0))  # taps go right and down
     np.testing.assert_allclose(down[:, -1, -1], x[:, -1, -1], atol=1e-12)
-    up = C.motion_blur(x, severity, None, angles=np.full(4, -45.0))  # right and up
+    up = blur.motion_blur(x, severity, None, angles=np.full(4, -45.0))  # right and up
     np.testing.assert_allclose(up[:, 0, -1], x[:, 0, -1], atol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["defocus_blur", "motion_blur"])
 def test_blur_reduces_total_variation_with_severity(name):
     x = _textured()
-    tv = [_total_variation(corrupt(x, name, s, seed=0)) for s in C.SEVERITIES]
+    tv = [_total_variation(corrupt(x, name, s, seed=0)) for s in severities.SEVERITIES]
     assert _total_variation(x) > tv[0]
     assert all(b <= a * (1 + 1e-3) for a, b in zip(tv, tv[1:], strict=False)), tv
     assert tv[4] < tv[0] * 0.9, tv
@@ -313,19 +314,21 @@ def test_blur_reduces_total_variation_with_severity(name):
 
 
 def test_plasma_fractal_is_normalized_and_seeded():
-    maps = C.plasma_fractal(3, 32, 2.0, np.random.default_rng(0))
+    maps = weather.plasma_fractal(3, 32, 2.0, np.random.default_rng(0))
     assert maps.shape == (3, 32, 32)
     np.testing.assert_allclose(maps.min(axis=(1, 2)), 0.0)
     np.testing.assert_allclose(maps.max(axis=(1, 2)), 1.0)
     assert maps.std(axis=(1, 2)).min() > 0.05  # not degenerate
     assert not np.allclose(maps[0], maps[1])  # one fractal per image
-    np.testing.assert_array_equal(maps, C.plasma_fractal(3, 32, 2.0, np.random.default_rng(0)))
+    np.testing.assert_array_equal(
+        maps, weather.plasma_fractal(3, 32, 2.0, np.random.default_rng(0))
+    )
     # a slower decay keeps more fine detail: larger neighbour differences
-    rough = C.plasma_fractal(64, 32, 1.75, np.random.default_rng(1))
-    smooth = C.plasma_fractal(64, 32, 3.0, np.random.default_rng(1))
+    rough = weather.plasma_fractal(64, 32, 1.75, np.random.default_rng(1))
+    smooth = weather.plasma_fractal(64, 32, 3.0, np.random.default_rng(1))
     assert np.abs(np.diff(rough, axis=2)).mean() > np.abs(np.diff(smooth, axis=2)).mean()
     with pytest.raises(ValueError, match="power of 2"):
-        C.plasma_fractal(1, 24, 2.0, np.random.default_rng(0))
+        weather.plasma_fractal(1, 24, 2.0, np.random.default_rng(0))
 
 
 class _TopOfRange:
@@ -363,7 +366,7 @@ def _reference_plasma(size: int, decay: float) -> np.ndarray:
 
 @pytest.mark.parametrize(("size", "decay"), [(4, 3.0), (8, 2.0), (16, 1.75)])
 def test_plasma_fractal_matches_diamond_square(size, decay):
-    got = C.plasma_fractal(2, size, decay, _TopOfRange())
+    got = weather.plasma_fractal(2, size, decay, _TopOfRange())
     np.testing.assert_allclose(got, np.stack([_reference_plasma(size, decay)] * 2), atol=1e-12)
 
 
@@ -371,18 +374,18 @@ def test_plasma_fractal_matches_diamond_square(size, decay):
 def test_fog_closed_form(severity):
     a, decay = FOG_A_DECAY[severity - 1]
     x = _random_images(n=4, high=200) / 255.0
-    out = C.fog(x, severity, np.random.default_rng(3))
-    fractal = C.plasma_fractal(4, 32, decay, np.random.default_rng(3))[..., None]
+    out = weather.fog(x, severity, np.random.default_rng(3))
+    fractal = weather.plasma_fractal(4, 32, decay, np.random.default_rng(3))[..., None]
     peak = x.max(axis=(1, 2, 3), keepdims=True)
     np.testing.assert_allclose(out, np.clip((x + a * fractal) * peak / (peak + a), 0, 1))
     # same fractal on the three channels: a grey image stays grey
-    grey = C.fog(np.full((2, 32, 32, 3), 0.4), severity, np.random.default_rng(0))
+    grey = weather.fog(np.full((2, 32, 32, 3), 0.4), severity, np.random.default_rng(0))
     np.testing.assert_array_equal(grey[..., 0], grey[..., 2])
 
 
 def test_fog_grows_with_severity():
     x = _textured()
-    errors = [_mae(corrupt(x, "fog", s, seed=0), x) for s in C.SEVERITIES]
+    errors = [_mae(corrupt(x, "fog", s, seed=0), x) for s in severities.SEVERITIES]
     assert all(a < b for a, b in zip(errors, errors[1:], strict=False)), errors
 
 
@@ -416,10 +419,10 @@ def test_frost_share_grows_with_severity():
         a, b = x.reshape(len(x), -1).astype(float), out.reshape(len(x), -1).astype(float)
         return float(np.mean([np.corrcoef(u, v)[0, 1] for u, v in zip(a, b, strict=True)]))
 
-    corr = [mean_correlation(corrupt(x, "frost", s, 0, frost_dir)) for s in C.SEVERITIES]
+    corr = [mean_correlation(corrupt(x, "frost", s, 0, frost_dir)) for s in severities.SEVERITIES]
     assert all(a > b for a, b in zip(corr, corr[1:], strict=False)), corr
     black = np.zeros((8, 32, 32, 3), np.uint8)
-    means = [corrupt(black, "frost", s, 0, frost_dir).mean() for s in C.SEVERITIES]
+    means = [corrupt(black, "frost", s, 0, frost_dir).mean() for s in severities.SEVERITIES]
     assert all(a <= b for a, b in zip(means, means[1:], strict=False)) and means[0] < means[4]
 
 
@@ -450,12 +453,12 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
 
 def test_default_frost_dir_search(tmp_path):
     with pytest.raises(ValueError, match=f"shared/data/frost.*{tmp_path}.*frost_dir"):
-        C._find_frost_dir([tmp_path])
+        weather._find_frost_dir([tmp_path])
     folder = tmp_path / "shared" / "data" / "frost"
     folder.mkdir(parents=True)
     for name in FROST_NAMES:
         (folder / name).touch()
     deep = tmp_path / "project" / "pkg"
     deep.mkdir(parents=True)
-    assert C._find_frost_dir([deep]) == folder  # found as <ancestor>/../shared/data/frost
-    assert C.resolve_frost_dir(folder) == folder
+    assert weather._find_frost_dir([deep]) == folder  # found as <ancestor>/../shared/data/frost
+    assert weather.resolve_frost_dir(folder) == folder

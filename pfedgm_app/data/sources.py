@@ -16,7 +16,7 @@ import numpy as np
 
 from ..config import ConfigError
 from ..models import BACKBONES
-from .corruptions import find_shared
+from .shared import find_shared
 
 if TYPE_CHECKING:
     import datasets

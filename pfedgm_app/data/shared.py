@@ -1,0 +1,20 @@
+"""Where the offline copies of the data live beside a checkout: `../shared/data/<name>`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+
+def find_shared(
+    name: str, starts: Iterable[Path], accept: Callable[[Path], bool] = Path.is_dir
+) -> Path | None:
+    """The first `<ancestor>/shared/data/<name>` above any of `starts` that `accept`s, or None:
+    where the offline copies of the data live beside a checkout (`../shared/data`)."""
+    for start in starts:
+        start = Path(start).resolve()
+        for ancestor in (start, *start.parents):
+            folder = ancestor / "shared" / "data" / name
+            if accept(folder):
+                return folder
+    return None
