@@ -213,6 +213,15 @@ def test_the_rendered_curves_give_each_round_and_pfedgm_minus_each_row(tmp_path)
     assert "| FedAvg |" not in text.split("evaluated round")[-1]  # no run, no row
 
 
+def test_a_lone_curve_gives_no_per_round_table(tmp_path):
+    _curve_run(tmp_path, "pfedgm", 0, {5: 30.0, 10: 40.0})
+    assert "evaluated round" not in render.markdown(tmp_path, TABLES["low-participation"])
+    _curve_run(tmp_path, "fedavg", 0, {5: 20.0, 10: 25.0})
+    assert "| FedAvg | 20.00 (+10.00) | 25.00 (+15.00) |" in render.markdown(
+        tmp_path, TABLES["low-participation"]
+    )
+
+
 def test_figures_are_drawn_for_the_cells_that_have_runs(tmp_path):
     from pfedgm_app.paper.figures import figures
 

@@ -151,10 +151,11 @@ def round_lines(out: Path, table: Table, column: str) -> list[str]:
     """The accuracy curves of `column` as a table (rows by rounds), for runs that evaluated
     along the way (`eval-every`): each row's mean over seeds, and beside it the table's own
     method minus that row. Per-round accuracy is kept per run, not per client, so this is a
-    difference of means, not a paired one."""
+    difference of means, not a paired one. A lone curve has nothing to be set against (the
+    adaptation table's GA is the standard table's pFedGM), so it gives no table."""
     ours = ours_row(table)
     curves = row_curves(out, table, column)
-    if not curves:
+    if len(curves) < 2:
         return []
     rounds = sorted({r for c in curves.values() for r in c})
     mine = curves.get(ours)
