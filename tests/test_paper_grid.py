@@ -141,6 +141,15 @@ def test_bad_input_is_one_line_naming_what_to_fix(argv, says, capsys):
     assert len(err) == 1 and says in err[0]
 
 
+def test_a_missing_flwr_command_is_one_line_before_any_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    argv = ["run", "standard", "--out", str(tmp_path / "out"), "--columns", "cifar10-dir05"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "flwr: no such command on PATH" in err[0] and "inprocess" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
 TINY = ["--offline", "--clients", "4", "--rounds", "1", "--set", "pool-size=1000",
         "--set", "local-epochs=1", "--set", "client-threads=1"]  # fmt: skip
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -92,7 +93,7 @@ def run_app(
     if not run_config.get("output-dir"):
         run_config = {**run_config, "output-dir": tempfile.mkdtemp(prefix="pfedgm-run-")}
     output_dir = Path(run_config["output-dir"]).resolve()
-    cmd = ["flwr", "run", str(app_dir)]
+    cmd = [flwr_command(), "run", str(app_dir)]
     if federation is None:
         sim = f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client}"
         if gpus_per_client:  # several ClientApps share a GPU: 1 / gpus_per_client at a time
@@ -161,7 +162,7 @@ def _follow(run_id: str, link: list[str], env: dict[str, str]) -> subprocess.Pop
     """`flwr log RUN_ID`: a process that ends when the run does (its output is not needed:
     `run_app` fetches the whole log afterwards)."""
     return subprocess.Popen(
-        ["flwr", "log", run_id, *link],
+        [flwr_command(), "log", run_id, *link],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -204,8 +205,20 @@ def _last_write(folder: Path) -> float:
         return 0.0
 
 
+def flwr_command() -> str:
+    """The `flwr` executable on PATH (Flower's own commands, e.g. `flower-superlink`, are
+    looked up there too, so an environment that is not activated is refused here)."""
+    if found := shutil.which("flwr"):
+        return found
+    raise ValueError(
+        "flwr: no such command on PATH; activate the environment the app is installed in "
+        "(pip install -e .), or use --engine inprocess"
+    )
+
+
 def flwr(args: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["flwr", *args], env=env, capture_output=True, text=True, check=check)
+    cmd = [flwr_command(), *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, check=check)
 
 
 def free_port() -> int:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .flwr_cli import APP_DIR, run_app
+from .flwr_cli import APP_DIR, flwr_command, run_app
 from .grid import Run, run_config, supernodes
 
 ENGINES = ("flwr", "inprocess")
@@ -169,6 +169,7 @@ def _engine(engine: Engine) -> Callable[[dict, int], str]:
             f"{engine.app_dir} holds no pyproject.toml: give --app, the folder of the "
             "pFedGM app's pyproject.toml"
         )
+    flwr_command()  # before any run: a missing `flwr` is one line, not a failed grid
     # The user's Flower environment, as for their own `flwr run` (its FLWR_HOME, its managed
     # SuperLink); these take effect when that SuperLink starts (README, "the environment").
     env = {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TELEMETRY_ENABLED": "0",
