@@ -68,6 +68,10 @@ class Settings:
     def to_run_config(self) -> dict[str, Any]:
         return {self.key(k): v for k, v in dataclasses.asdict(self).items()}
 
+    def strategy_options(self) -> dict[str, Any]:
+        """Keyword arguments of the method's strategy that these settings fix (none here)."""
+        return {}
+
     def validate(self, run: RunConfig) -> None:
         """Raise ConfigError for a value out of its declared bound; `run` is the run's common
         settings, for checks that relate both (e.g. FedRep's body epochs <= local epochs).
@@ -99,6 +103,7 @@ class RunConfig(Settings):
     weight_decay: float = at_least(0, 5e-4)
     min_train_samples: int = at_least(1, 50)
     test_fraction: float = 0.2
+    validation_fraction: float = at_least(0, 0.0)  # > 0: evaluate on a split of the train set
     pool_size: int = at_least(0, 0)
     corruption: str = "none"  # one of CORRUPTION_ASSIGNMENTS
     frost_dir: str = ""  # frost textures; empty: the first <ancestor>/shared/data/frost
@@ -131,6 +136,10 @@ class RunConfig(Settings):
             raise ConfigError(f"fraction-train (q) must lie in (0, 1], got {self.fraction_train}")
         if not 0 < self.test_fraction < 1:
             raise ConfigError(f"test-fraction must lie in (0, 1), got {self.test_fraction}")
+        if not 0 <= self.validation_fraction < 1:
+            raise ConfigError(
+                f"validation-fraction must lie in [0, 1), got {self.validation_fraction}"
+            )
         if self.corruption not in CORRUPTION_ASSIGNMENTS:
             raise ConfigError(
                 f"corruption must be one of {CORRUPTION_ASSIGNMENTS}, got {self.corruption!r}"

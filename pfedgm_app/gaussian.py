@@ -112,14 +112,33 @@ def covariance_objective(z: torch.Tensor, y: torch.Tensor, head: GaussianHead) -
     return F.cross_entropy(logits, y)
 
 
+# The scale at which the personalized terms enter, a reading the paper leaves open. Eq. (LossR)
+# divides R_c by d ("d is the feature dimension used to scale the function value") and zeta
+# of Eq. (LossC) carries lambda/d, while the shared objective H sums its quadratic form over
+# the d coordinates undivided; so with lambda = 1 R_c weighs 1/d of a term of H's size.
+# - "mean": the 1/d as printed (the default): R_c = 1/d E||z - upsilon||^2, zeta's lambda/d;
+# - "sum": without it, R_c = E||z - upsilon||^2 and zeta's lambda, on H's scale.
+OBJECTIVE_SCALES = ("mean", "sum")
+
+
+def check_objective_scale(objective_scale: str) -> None:
+    if objective_scale not in OBJECTIVE_SCALES:
+        raise ValueError(
+            f"objective scale must be one of {OBJECTIVE_SCALES}, got {objective_scale!r}"
+        )
+
+
 def personalized_objective(
-    z: torch.Tensor, y: torch.Tensor, prototypes: torch.Tensor
+    z: torch.Tensor, y: torch.Tensor, prototypes: torch.Tensor, objective_scale: str = "mean"
 ) -> torch.Tensor:
     """Eq. (LossR): R_c = 1/d E[||z - E[z | y, c]||^2 | c], with the prototypes upsilon in place of
     E[z | y, c] and held constant: Theorem 1 shows this gives the gradient of R_c. The mean
-    squared error over all n x d entries is exactly 1/n sum_j 1/d ||z_j - upsilon_{y_j}||^2.
+    squared error over all n x d entries is exactly 1/n sum_j 1/d ||z_j - upsilon_{y_j}||^2;
+    `objective_scale` "sum" drops the 1/d (`OBJECTIVE_SCALES`).
     """
-    return F.mse_loss(z, prototypes.detach()[y])
+    check_objective_scale(objective_scale)
+    loss = F.mse_loss(z, prototypes.detach()[y])
+    return loss if objective_scale == "mean" else loss * z.shape[1]
 
 
 @torch.no_grad()
@@ -133,20 +152,34 @@ def class_means(
     return means, counts
 
 
+# Algorithm 1 updates upsilon "with a stepsize" and gives none. The readings:
+# - "epoch" (the default): eta_k = n_k(batch) / N_k(client), a moving average whose memory is
+#   about one local epoch: every sample of class k enters once an epoch, so the estimate is
+#   refreshed at the rate the data are revisited, and a small class is not one batch's mean;
+# - "batch": eta_k = 1, upsilon_k becomes the batch's mean of class k (memory of one batch);
+# - "none": eta_k = 0, upsilon stays the exact means of the round's start.
+PROTOTYPE_STEPS = ("epoch", "batch", "none")
+
+
 @torch.no_grad()
 def update_prototypes_(
-    prototypes: torch.Tensor, z: torch.Tensor, y: torch.Tensor, class_counts: torch.Tensor
+    prototypes: torch.Tensor,
+    z: torch.Tensor,
+    y: torch.Tensor,
+    class_counts: torch.Tensor,
+    step: str = "epoch",
 ) -> None:
-    """Algorithm 1, "update upsilon using D_i^{r,j,s} with a stepsize", in place.
-
-    Step size for class k: eta_k = n_k(batch) / N_k(client), i.e. an exponential moving average
-    whose memory is about one local epoch. Why this choice: upsilon must track E[z | y=k, c] while
-    phi moves; over one epoch every sample of class k enters once, so the estimate is refreshed
-    at the rate the data are revisited, and a class with few samples is not dominated by a
-    single batch. A class absent from the batch keeps its prototype.
-    """
+    """Algorithm 1, "update upsilon using D_i^{r,j,s} with a stepsize", in place, with the step
+    size `step` (`PROTOTYPE_STEPS`). A class absent from the batch keeps its prototype."""
+    if step not in PROTOTYPE_STEPS:
+        raise ValueError(f"prototype step must be one of {PROTOTYPE_STEPS}, got {step!r}")
+    if step == "none":
+        return
     batch_means, batch_counts = class_means(z.detach(), y, prototypes.shape[0], prototypes)
-    eta = (batch_counts / class_counts.clamp(min=1)).clamp(max=1.0)[:, None]
+    if step == "batch":
+        eta = (batch_counts > 0).to(z.dtype)[:, None]
+    else:
+        eta = (batch_counts / class_counts.clamp(min=1)).clamp(max=1.0)[:, None]
     prototypes.mul_(1 - eta).add_(eta * batch_means)
 
 
@@ -159,7 +192,8 @@ class PersonalizedHead(nn.Module):
 
     Trainable: psi offsets {mu_i, b_i} (init 0) and A_g, A_c (diagonal, shared by all classes as
     the paper's notation has no class index, init identity, kept positive). mu*, b*, A* come from
-    Phase 1, upsilon* from the client's features.
+    Phase 1, upsilon* from the client's features. `objective_scale` "sum" drops zeta's 1/d
+    (`OBJECTIVE_SCALES`).
     """
 
     def __init__(
@@ -169,13 +203,15 @@ class PersonalizedHead(nn.Module):
         A_star: torch.Tensor,
         upsilon: torch.Tensor,
         lam: float,
+        objective_scale: str = "mean",
     ) -> None:
         super().__init__()
+        check_objective_scale(objective_scale)
         num_classes, dim = mu_star.shape
         for name, t in (("mu_star", mu_star), ("b_star", b_star), ("A_star", A_star)):
             self.register_buffer(name, t.detach().clone())
         self.register_buffer("upsilon", upsilon.detach().clone())
-        self.lam = lam
+        self.lam, self.objective_scale = lam, objective_scale
         like = {"device": mu_star.device, "dtype": mu_star.dtype}
         self.mu = nn.Parameter(torch.zeros(num_classes, dim, **like))
         self.b = nn.Parameter(torch.zeros(num_classes, **like))
@@ -184,7 +220,10 @@ class PersonalizedHead(nn.Module):
 
     @property
     def local_precision(self) -> torch.Tensor:
-        """zeta as a Gaussian term: -lambda/d q^T A_c q = -1/2 q^T (2 lambda / d) A_c q."""
+        """zeta as a Gaussian term: -lambda/d q^T A_c q = -1/2 q^T (2 lambda / d) A_c q (with
+        `objective_scale` "sum": -lambda q^T A_c q, `OBJECTIVE_SCALES`)."""
+        if self.objective_scale == "sum":
+            return (2 * self.lam) * self.a_c
         return (2 * self.lam / self.mu.shape[1]) * self.a_c
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:

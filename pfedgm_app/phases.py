@@ -20,21 +20,22 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import diagnostics
 from .gaussian import (
     GaussianHead,
     PersonalizedHead,
     class_means,
     covariance_objective,
     fine_tune_,
+    gaussian_logits,
     personalized_objective,
     refine_biases_,
-    shared_objective,
     update_prototypes_,
 )
 from .training import accuracy, apply_batched, evaluating, make_sgd, run_batches, run_epochs
@@ -55,6 +56,16 @@ DECOUPLINGS = ("gm", "gm-c", "gm-d")
 # "employs only fine-tuning of the classifier head", GA "further incorporates a fine-grained
 # adjustment of b_i following the fine-tuning step" (`personalized_head`).
 ADAPTATIONS = ("none", "finetune", "finetune-lbfgs")
+# Readings of Phase 1 the paper leaves open (`train_round`), the first of each the default:
+# - which head parameters SGD's weight decay reaches: Sec. Training Setup gives "weight
+#   decay=5e-4" for the optimizer and says nothing of the head. mu and b are weights of the
+#   navigator, decayed as the body is (the default); A is a statistic, a precision that decay
+#   would shrink toward 0 whatever the data, so it is left out unless named.
+HEAD_DECAY = ("mu", "b", "A")
+# - where R_c reads z when a dropout sits before the navigator (TinyImageNet): "The features
+#   used in Eq. (LossR) are extracted before the dropout layer" (Sec. Model Setup), the
+#   default; "after-dropout" is the navigator's input.
+RC_INPUTS = ("before-dropout", "after-dropout")
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -130,6 +141,11 @@ def train_round(
     dropout: nn.Module | None = None,
     personalized: bool = True,
     decoupling: str = "gm-d",
+    prototype_step: str = "epoch",
+    objective_scale: str = "mean",
+    navigator_lr_scale: float = 1.0,
+    head_decay: Collection[str] = ("mu", "b"),
+    rc_input: str = "before-dropout",
 ) -> dict[str, float]:
     """Phase 1 on client i in round r (Algorithm 1), in place on `generator` and `head`:
     `epochs` epochs of Eq. (main_loss), H(phi, psi, E) + lam R_c(phi), on phi and psi, with
@@ -137,52 +153,81 @@ def train_round(
 
     The prototypes upsilon^r_{i,k} = E[z^r | y=k, c=i] are computed exactly at the start of the
     round (a class absent here takes the navigator's mean mu_k) and updated by each step's batch
-    (Eq. proto_update). nu (A) gets no weight decay: it is a statistic, not a weight, and decay
-    would shrink the precision toward 0 whatever the data; after every step A is projected back
-    to positive values (`head.project_`). `dropout` (e.g. TinyImageNet's) sits between z and
-    the navigator; R_c takes z before it. Returns the mean loss, the sample-passes and the
-    seconds of the prototype pass (`seconds-prototypes`).
+    (Eq. proto_update) with the step size `prototype_step` (`gaussian.PROTOTYPE_STEPS`).
+    `dropout` (e.g. TinyImageNet's) sits between z and the navigator; R_c reads z before it
+    (`rc_input`, `RC_INPUTS`). Returns the mean loss, the sample-passes, the seconds of the
+    prototype pass (`seconds-prototypes`) and the round's diagnostics (`diagnostics`).
 
-    Ablations: `personalized=False` is NPO, H alone (R_c and its prototypes dropped, so no
-    prototype pass: `seconds-prototypes` is 0); `decoupling` is one of `DECOUPLINGS`.
+    The readings the paper leaves open, each defaulting to the app's first reading:
+    `objective_scale` (`gaussian.OBJECTIVE_SCALES`: R_c's 1/d), `navigator_lr_scale` (mu and
+    b train at `lr` times it), `head_decay` (which of "mu", "b", "A" get `weight_decay`;
+    `HEAD_DECAY`).
+
+    Ablations: `personalized=False` is NPO, H alone (R_c dropped; its prototypes are still
+    computed for the diagnostics but not timed); `decoupling` is one of `DECOUPLINGS`.
     """
     _check_choice("decoupling", decoupling, DECOUPLINGS)
+    _check_choice("rc_input", rc_input, RC_INPUTS)
+    if unknown := set(head_decay) - set(HEAD_DECAY):
+        raise ValueError(f"head_decay names {sorted(unknown)}; choose among {HEAD_DECAY}")
     dropout = dropout if dropout is not None else nn.Identity()
     generator.train(), dropout.train()
     start = time.perf_counter()
-    if personalized:
-        z, y = features(generator, data)
-        check_features(z, y, head)
-        prototypes, counts = class_means(z, y, head.mu.shape[0], head.mu)
+    first: list[tuple[torch.Tensor, torch.Tensor]] = []  # the diagnostics' gradient batch
+    z, y = features(generator, data if _is_tensors(data) else _recording_first(data, first))
+    check_features(z, y, head)
+    prototypes, counts = class_means(z, y, head.mu.shape[0], head.mu)
     seconds_prototypes = time.perf_counter() - start if personalized else 0.0
-
-    unchecked = [] if personalized else [True]  # no prototype pass: check the first batch
+    batch = (data[0][:batch_size], data[1][:batch_size]) if _is_tensors(data) else first[0]
+    batch = tuple(t.to(head.mu.device) for t in batch)
+    at_start = diagnostics.round_start(generator, head, z, y, prototypes, batch,
+                                       lam if personalized else 0.0, objective_scale)  # fmt: skip
+    del z
+    meter = diagnostics.RoundMeter()
 
     def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         z = generator(xb)
-        if unchecked:
-            check_features(z, yb, head)
-            unchecked.clear()
         zd = dropout(z)  # the navigator's input
         if decoupling == "gm":  # one Gaussian classifier: H(phi, psi, nu) on all of them
-            loss = F.cross_entropy(head.covariance_logits(zd), yb)
-        else:
-            loss = shared_objective(zd, yb, head)
+            logits = head.covariance_logits(zd)
+        else:  # Eq. LossH (the per-sample constant -1/2 z^T z left out: the same H)
+            logits = gaussian_logits(zd, head.mu, head.b, per_sample=False)
+        shared = F.cross_entropy(logits, yb)
+        loss = shared
+        zr = z if rc_input == "before-dropout" else zd
+        r = personalized_objective(zr, yb, prototypes, objective_scale)
         if personalized:
-            loss = loss + lam * personalized_objective(z, yb, prototypes)
-            update_prototypes_(prototypes, z, yb, counts)
+            loss = loss + lam * r
+            update_prototypes_(prototypes, zr, yb, counts, prototype_step)
         if decoupling == "gm-d":
             loss = loss + covariance_objective(zd, yb, head)  # reaches A only
+        meter.add(len(yb), **{"loss-shared": shared, "loss-personalized": r})
+        meter.add_count("saturated-fraction", diagnostics.saturated(logits, yb))
         return loss
 
+    nav_lr = lr * navigator_lr_scale
+
+    def decay(name: str) -> float:
+        return weight_decay if name in head_decay else 0.0
+
     params = [
-        {"params": [*generator.parameters(), head.mu, head.b]},
-        {"params": [head.A], "weight_decay": 0.0},
+        {"params": [*generator.parameters()]},
+        {"params": [head.mu], "lr": nav_lr, "weight_decay": decay("mu")},
+        {"params": [head.b], "lr": nav_lr, "weight_decay": decay("b")},
+        {"params": [head.A], "weight_decay": decay("A")},
     ]
     optimizer = make_sgd(params, lr, momentum, weight_decay)
     device = head.mu.device
     metrics = _epochs(data, step, optimizer, epochs, batch_size, rng, head.project_, device)
-    return {**metrics, "seconds-prototypes": seconds_prototypes}
+    return {**metrics, **meter.means(), **at_start, "seconds-prototypes": seconds_prototypes}
+
+
+def _recording_first(data: Data, first: list) -> Iterable:
+    """`data`'s batches as they come, the first one also appended to `first`."""
+    for batch in data:
+        if not first:
+            first.append(_pair(batch))
+        yield batch
 
 
 def personalized_head(
@@ -202,6 +247,7 @@ def personalized_head(
     lbfgs_cycles: int = 5,
     rng: torch.Generator | None = None,
     adaptation: str = "finetune-lbfgs",
+    objective_scale: str = "mean",
 ) -> tuple[PersonalizedHead, dict[str, float]]:
     """Phase 2 on a client: phi frozen, the personalized head (Eq. LossC) fitted by SGD on the
     client's features (`epochs` at `lr`), then its biases refined by L-BFGS (`lbfgs_cycles`
@@ -220,6 +266,7 @@ def personalized_head(
     it, with its covariance A* (the head Eq. LossC starts from, without the local term zeta),
     so `accuracy` is `acc-global-cov`; the navigator alone assumes A = E, which the paper calls
     "the loss of covariance information" that the statistic extractor compensates.
+    `objective_scale` is zeta's (`gaussian.OBJECTIVE_SCALES`), as R_c's in `train_round`.
     """
     _check_choice("adaptation", adaptation, ADAPTATIONS)
     z_train, y_train = features(generator, train)
@@ -230,7 +277,8 @@ def personalized_head(
     # its prototype is the global mean mu*_k (the prior), which leaves zeta_k uninformative.
     upsilon, _ = class_means(z_train, y_train, head.mu.shape[0], head.mu.detach())
     # NA: lambda 0 drops zeta, and untrained offsets leave the global head with A*
-    ph = PersonalizedHead(head.mu, head.b, head.A, upsilon, 0.0 if adaptation == "none" else lam)
+    lam = 0.0 if adaptation == "none" else lam
+    ph = PersonalizedHead(head.mu, head.b, head.A, upsilon, lam, objective_scale)
     result = {
         "acc-global": accuracy(head, z_test, y_test),
         "acc-global-cov": accuracy(head.covariance_logits, z_test, y_test),

@@ -46,6 +46,9 @@ MEANINGS: dict[str, str] = {
     "min-train-samples": "every client gets at least this many training samples (the partition "
     "resamples until it holds)",
     "test-fraction": "each client's test split (0.2: 80/20)",
+    "validation-fraction": "for studies that choose a reading: v > 0 takes ceil(v n) of each "
+    "client's n training samples (seeded) as a validation set, trains on the rest and reports "
+    "accuracy on the validation set in place of the test set, which the run never reads",
     "pool-size": "0: all pooled samples (the paper); N > 0: a seeded random subset of N "
     "samples, for quick runs",
     "corruption": "CIFAR-10S / CIFAR-100S: `50C` gives client i < 50 the i-th of the 50 "
@@ -124,6 +127,20 @@ MEANINGS: dict[str, str] = {
     "decoupling": "Phase 1, the decoupling ablation: `gm-d` (G.M.+D., pFedGM) navigator on "
     "Eq. LossH with nu co-updated; `gm-c` (G.M.-C.) navigator alone, A stays E; `gm` (G.M.) "
     "one Gaussian classifier, H with covariance trained on phi, mu, b and A jointly",
+    "prototype-step": 'Phase 1, Algorithm 1\'s prototype step size ("with a stepsize"): '
+    "`epoch` n_k(batch)/N_k(client), a moving average over about an epoch; `batch` 1, the "
+    "batch's class mean; `none` 0, the round-start means",
+    "objective-scale": "the scale of R_c (Eq. LossR) and zeta (Eq. LossC): `mean` with their "
+    "1/d as printed; `sum` without it, on the scale of H's sum over the d coordinates",
+    "navigator-lr-scale": "Phase 1: mu and b train at learning-rate times this",
+    "head-weight-decay": "Phase 1: the head parameters weight-decay reaches, a comma-separated "
+    "subset of mu,b,A (empty: none)",
+    "covariance-average": "server: A averaged as `precision` (the arrays as sent) or as "
+    "`covariance` (the mean of A^-1, inverted back)",
+    "bias-average": "server: b averaged as sent (`arithmetic`) or as `mixture` weights (the "
+    "log of the mean of exp b)",
+    "rc-input": "Phase 1, where a dropout precedes the navigator (TinyImageNet): R_c reads z "
+    "`before-dropout` (the paper, Sec. Model Setup) or `after-dropout`",
 }
 
 

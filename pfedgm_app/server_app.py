@@ -79,7 +79,7 @@ def experiment(
 
     refresh = take_in_new_nodes if cfg.min_nodes else None
     evaluation = Evaluation(grid, cfg, protocol, ranks, refresh=refresh, left_out=left_out)
-    strategy = build_strategy(cfg, method, ranks, trained, reported=clients)
+    strategy = build_strategy(cfg, method, ranks, trained, reported=clients, settings=settings)
     evaluation.strategy = strategy
     arrays = initial_arrays(cfg, method.plugin(settings), *model_input(clients))
     if initial is not None:
@@ -256,12 +256,14 @@ def build_strategy(
     node_ranks: dict[int, int],
     train_nodes: list[int] | None = None,
     reported: dict[int, dict] | None = None,
+    settings: Settings | None = None,
 ) -> PersonalizedFedAvg:
     """The server side of `method`; every round waits for all clients to be connected (with
     `min-nodes` N: for N, ending the run when fewer stay connected for `node-wait-timeout`)
     and samples them (among `train_nodes`, default all) by partition id, so methods with the
     same seed see the same clients. `reported` (node id -> its query metrics, kept current as
-    nodes join) bounds what each reply may claim: its weight, its test size.
+    nodes join) bounds what each reply may claim: its weight, its test size. `settings` (the
+    method's) add the strategy options they fix (`Settings.strategy_options`).
     """
     return method.strategy(
         fraction_train=cfg.fraction_train,
@@ -273,4 +275,5 @@ def build_strategy(
         train_nodes=train_nodes,
         seed=cfg.seed,
         reported=reported,
+        **(settings.strategy_options() if settings is not None else {}),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from pfedgm_app.config import RunConfig
@@ -405,27 +406,31 @@ def test_inference_passes_run_without_dropout_and_restore_the_mode():
     assert model.training and model.generator.training and not model.head.training
 
 
-def test_pfedgm_takes_r_c_on_z_before_dropout_and_h_after(monkeypatch):
-    """Eq. (LossR) sees z; the navigator (H, cov_approx) sees dropout(z) (paper, Model Setup)."""
+@pytest.mark.parametrize("rc_input", ["before-dropout", "after-dropout"])
+def test_pfedgm_takes_r_c_on_z_before_dropout_and_h_after(monkeypatch, rc_input):
+    """Eq. (LossR) sees z; the navigator (H, cov_approx) sees dropout(z) (paper, Model Setup);
+    `rc-input='after-dropout'`, the other reading, gives R_c the navigator's input."""
     import pfedgm_app.phases as gm  # the client phases the plug-in calls
 
     seen = {}
-    real_r, real_h = gm.personalized_objective, gm.shared_objective
+    real_r, real_h = gm.personalized_objective, gm.gaussian_logits
 
-    def spy_r(z, y, prototypes):
+    def spy_r(z, *args):
         seen["r"] = z.detach().clone()
-        return real_r(z, y, prototypes)
+        return real_r(z, *args)
 
-    def spy_h(z, y, head):
+    def spy_h(z, *args, **kwargs):
         seen["h"] = z.detach().clone()
-        return real_h(z, y, head)
+        return real_h(z, *args, **kwargs)
 
     monkeypatch.setattr(gm, "personalized_objective", spy_r)
-    monkeypatch.setattr(gm, "shared_objective", spy_h)
+    monkeypatch.setattr(gm, "gaussian_logits", spy_h)
     model = _model("pfedgm")
     model.dropout = torch.nn.Dropout(0.9)  # stands in for TinyImageNet's
-    plugin("pfedgm").train(model, _task())
-    assert (seen["h"] == 0).float().mean() > 0.5 > (seen["r"] == 0).float().mean()
+    plugin("pfedgm", **{"rc-input": rc_input}).train(model, _task())
+    dropped = {k: float((v == 0).float().mean()) for k, v in seen.items()}
+    assert dropped["h"] > 0.5
+    assert (dropped["r"] > 0.5) == (rc_input == "after-dropout")
 
 
 def test_every_method_runs_a_round_and_personalizes_on_64px_images():

@@ -13,7 +13,7 @@ import numpy as np
 from ..config import ConfigError, RunConfig
 from .cache import _CLIENTS, _client_cache, _fingerprint
 from .labels import map_labels, run_classes
-from .partition import split_seed, split_train_test
+from .partition import hold_out_validation, split_seed, split_train_test
 from .sources import load_pool
 from .tensors import ClientData, pixels
 
@@ -33,12 +33,14 @@ class DeviceData:
     seed: int = 0
     test_fraction: float = 0.2
     min_train: int = 50
+    validation_fraction: float = 0.0  # > 0: the evaluated split is carved from train
 
     @classmethod
     def of(cls, cfg: RunConfig, path: str, client_id: int) -> DeviceData:
         """The device data of run `cfg` at `path` (the class list from `run_classes`)."""
         classes = run_classes(cfg.classes, cfg.dataset)
-        return cls(path, classes, client_id, cfg.seed, cfg.test_fraction, cfg.min_train_samples)
+        return cls(path, classes, client_id, cfg.seed, cfg.test_fraction, cfg.min_train_samples,
+                   cfg.validation_fraction)  # fmt: skip
 
 
 def load_device_data(device: DeviceData) -> ClientData:
@@ -63,9 +65,9 @@ def _decode_device(device: DeviceData, path: Path) -> dict[str, np.ndarray]:
         raise ConfigError(f"{what}: {exc}") from exc
     y = map_labels(pool, device.classes, what)
     order = np.arange(len(pool.dataset))
-    train, test = split_train_test(
-        order, device.test_fraction, split_seed(device.seed, device.client_id)
-    )
+    seed = split_seed(device.seed, device.client_id)
+    train, test = split_train_test(order, device.test_fraction, seed)
+    train, test = hold_out_validation(train, test, device.validation_fraction, seed)
     if len(train) < device.min_train:
         raise ConfigError(
             f"{what}: {len(train)} training samples after the {1 - device.test_fraction:.0%} "

@@ -76,6 +76,19 @@ def split_train_test(
     return np.sort(perm[n_test:]), np.sort(perm[:n_test])
 
 
+def hold_out_validation(
+    train: np.ndarray, test: np.ndarray, validation_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(train, evaluated): with `validation_fraction` v > 0, ceil(v * len(train)) of the training
+    indices (seeded by `seed`, apart from the test split's) become the evaluated set and the
+    test set is left out, unread; with v = 0, (train, test) as given. For studies that choose
+    a reading of the paper without looking at the test sets (run-config `validation-fraction`).
+    """
+    if not validation_fraction:
+        return train, test
+    return split_train_test(train, validation_fraction, 2 * seed + 1)
+
+
 _PARTITIONS: dict[tuple, list[np.ndarray]] = {}
 
 
@@ -86,9 +99,12 @@ def client_indices(protocol: Protocol) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def client_split(protocol: Protocol, partition_id: int) -> tuple[np.ndarray, np.ndarray]:
     """(train, test) pool indices of one client; the partition is computed once per process,
-    and a client's split alone (loading one client costs the same with 100 or 1000 clients)."""
+    and a client's split alone (loading one client costs the same with 100 or 1000 clients).
+    With `validation_fraction`, test is the validation split (`hold_out_validation`)."""
     idx = _partition(protocol)[partition_id]
-    return split_train_test(idx, protocol.test_fraction, split_seed(protocol.seed, partition_id))
+    seed = split_seed(protocol.seed, partition_id)
+    train, test = split_train_test(idx, protocol.test_fraction, seed)
+    return hold_out_validation(train, test, protocol.validation_fraction, seed)
 
 
 def split_seed(seed: int, client_id: int) -> int:

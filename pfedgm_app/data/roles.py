@@ -30,6 +30,7 @@ class Protocol:
     frost_dir: str = ""
     kind: str = "standard"  # run-config `protocol`: or "generalization" (`trains`, `pair`)
     classes: tuple[str, ...] = ()
+    validation_fraction: float = 0.0  # > 0: the evaluated split is carved from train
 
     @classmethod
     def of(cls, cfg: RunConfig, num_partitions: int, dataset: str | None = None) -> Protocol:
@@ -47,6 +48,7 @@ class Protocol:
             cfg.frost_dir,
             cfg.protocol,
             parse_classes(cfg.classes),
+            cfg.validation_fraction,
         )
 
     # The paper's new-client generalization protocol (100 clients, Dir(0.5)): clients 0..49

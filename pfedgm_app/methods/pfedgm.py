@@ -5,10 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import ConfigError, Settings, above, at_least
-from ..gaussian import NAVIGATOR_INITS, GaussianHead
+from ..gaussian import NAVIGATOR_INITS, OBJECTIVE_SCALES, PROTOTYPE_STEPS, GaussianHead
 from ..models import Model, build_model
-from ..phases import ADAPTATIONS, DECOUPLINGS, personalized_head, train_round
+from ..phases import (
+    ADAPTATIONS,
+    DECOUPLINGS,
+    HEAD_DECAY,
+    RC_INPUTS,
+    personalized_head,
+    train_round,
+)
 from ..strategies import PFedGM
+from ..strategies.pfedgm import BIAS_AVERAGES, COVARIANCE_AVERAGES
 from .base import ClientPlugin, ClientTask, Method, Personalized, Reply
 
 
@@ -22,6 +30,12 @@ class PFedGMSettings(Settings):
     (`phases.ADAPTATIONS`: NA, FA, GA), `personalized-objective` (false: NPO, Phase 1 on H
     alone; lambda still weighs zeta in Phase 2) and `decoupling` (`phases.DECOUPLINGS`: G.M.,
     G.M.-C., G.M.+D.).
+
+    The readings of Phase 1 the paper leaves open, each named where the code makes it:
+    `prototype-step` (`gaussian.PROTOTYPE_STEPS`), `objective-scale` (R_c's and zeta's 1/d,
+    `gaussian.OBJECTIVE_SCALES`), `navigator-lr-scale` (mu and b at the body's learning rate
+    times it), `head-weight-decay` (`phases.HEAD_DECAY`), `covariance-average` and
+    `bias-average` (the server's, `strategies.pfedgm`), `rc-input` (`phases.RC_INPUTS`).
     """
 
     lambda_: float = at_least(0, 1.0)
@@ -34,19 +48,42 @@ class PFedGMSettings(Settings):
     adaptation: str = "finetune-lbfgs"
     personalized_objective: bool = True
     decoupling: str = "gm-d"
+    # Phase 1's open readings (RESULTS.md, "Phase 1's open readings"), each the first reading
+    prototype_step: str = "epoch"
+    objective_scale: str = "mean"
+    navigator_lr_scale: float = above(0, 1.0)
+    head_weight_decay: str = "mu,b"
+    covariance_average: str = "precision"
+    bias_average: str = "arithmetic"
+    rc_input: str = "before-dropout"
 
     def validate(self, run) -> None:
         super().validate(run)
-        if self.navigator_init not in NAVIGATOR_INITS:
-            raise ConfigError(
-                f"navigator-init must be one of {NAVIGATOR_INITS}, got {self.navigator_init!r}"
-            )
         for key, value, choices in (
+            ("navigator-init", self.navigator_init, NAVIGATOR_INITS),
             ("adaptation", self.adaptation, ADAPTATIONS),
             ("decoupling", self.decoupling, DECOUPLINGS),
+            ("prototype-step", self.prototype_step, PROTOTYPE_STEPS),
+            ("objective-scale", self.objective_scale, OBJECTIVE_SCALES),
+            ("covariance-average", self.covariance_average, COVARIANCE_AVERAGES),
+            ("bias-average", self.bias_average, BIAS_AVERAGES),
+            ("rc-input", self.rc_input, RC_INPUTS),
         ):
             if value not in choices:
                 raise ConfigError(f"{key} must be one of {choices}, got {value!r}")
+        if unknown := set(self.head_decay) - set(HEAD_DECAY):
+            raise ConfigError(
+                f"head-weight-decay names {sorted(unknown)}: give a comma-separated subset of "
+                f"{','.join(HEAD_DECAY)} (empty: none), got {self.head_weight_decay!r}"
+            )
+
+    @property
+    def head_decay(self) -> tuple[str, ...]:
+        """`head-weight-decay` as names: "mu,b" -> ("mu", "b")."""
+        return tuple(n.strip() for n in self.head_weight_decay.split(",") if n.strip())
+
+    def strategy_options(self) -> dict:
+        return {"covariance_average": self.covariance_average, "bias_average": self.bias_average}
 
 
 class PFedGMClient(ClientPlugin):
@@ -60,16 +97,18 @@ class PFedGMClient(ClientPlugin):
         """The keyword arguments both phases take from the run: lambda, SGD, batches, RNG."""
         cfg = task.cfg
         return {"lam": self.settings.lambda_, "momentum": cfg.momentum, "rng": task.rng,
-                "weight_decay": cfg.weight_decay, "batch_size": cfg.batch_size}  # fmt: skip
+                "weight_decay": cfg.weight_decay, "batch_size": cfg.batch_size,
+                "objective_scale": self.settings.objective_scale}  # fmt: skip
 
     def train(self, model: Model, task: ClientTask) -> Reply:
         """Phase 1 on client i in round r: `phases.train_round` (Algorithm 1's client step)."""
-        data, cfg = task.data, task.cfg
+        data, cfg, settings = task.data, task.cfg, self.settings
         metrics = train_round(
             model.generator, model.head, (data.x_train, data.y_train), **self._shared(task),
             epochs=cfg.local_epochs, lr=cfg.learning_rate, dropout=model.dropout,
-            personalized=self.settings.personalized_objective,
-            decoupling=self.settings.decoupling,
+            personalized=settings.personalized_objective, decoupling=settings.decoupling,
+            prototype_step=settings.prototype_step, navigator_lr_scale=settings.navigator_lr_scale,
+            head_decay=settings.head_decay, rc_input=settings.rc_input,
         )  # fmt: skip
         return self.send(model, task, metrics)
 

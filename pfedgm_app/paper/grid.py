@@ -82,6 +82,28 @@ ADAPTATION_ROWS = (
     Row("ga", "GA", "pfedgm", {"method": "pfedgm"}, "accuracy"),
 )
 
+# Phase 1's open readings (RESULTS.md), ranked on validation accuracy: each run holds out 10 %
+# of every client's training data (`validation-fraction`) and reports accuracy on it, never
+# reading the test sets; the default reading is the last row, the one the paired differences
+# start from. `readings-test` reruns the finalists without the hold-out, on the test sets.
+VALIDATION = {"validation-fraction": 0.1}
+READINGS = tuple(
+    _variant(name, label, **VALIDATION, **keys)
+    for name, label, keys in (
+        ("val-npo", "NPO (no R_c)", {"personalized-objective": False}),
+        ("val-scale-sum", "R_c and zeta without 1/d", {"objective-scale": "sum"}),
+        ("val-nav-lr-10", "navigator lr x10", {"navigator-lr-scale": 10.0}),
+        ("val-decay-none", "no decay on mu, b", {"head-weight-decay": ""}),
+        ("val-step-none", "prototype step 0 (none)", {"prototype-step": "none"}),
+        ("val-step-batch", "prototype step 1 (batch)", {"prototype-step": "batch"}),
+        ("val-cov-average", "A averaged as covariances", {"covariance-average": "covariance"}),
+        ("val-bias-mixture", "b averaged as mixture weights", {"bias-average": "mixture"}),
+        ("val-decay-all", "decay on mu, b, A", {"head-weight-decay": "mu,b,A"}),
+        ("val-default", "default reading", {}),
+    )
+)
+STUDY_COLUMNS = ("cifar100-dir05", "cifar10-dir05")
+
 TABLES: dict[str, Table] = {t.name: t for t in (
     Table("standard", "Average (std) test accuracy (%) on multiple datasets", STANDARD,
           ALL_METHODS),
@@ -111,6 +133,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           (_variant("gm", "G.M.", decoupling="gm"), _variant("gm-c", "G.M. - C.",
                                                              decoupling="gm-c"),
            Row("gm-d", "G.M. + D.", "pfedgm", {"method": "pfedgm"}))),
+    Table("readings", "Phase 1's open readings: validation accuracy (%)", STUDY_COLUMNS,
+          READINGS),
 )}  # fmt: skip
 
 
@@ -147,8 +171,9 @@ def runs(tables: list[str], seeds: list[int], columns: list[str] | None = None) 
             if columns and column not in columns:
                 continue
             for seed in seeds:
-                # pFedGM's run first, so a grid stopped part-way has it in every cell reached
-                for row in sorted(t.rows, key=lambda r: r.run != "pfedgm"):
+                # the table's own row first (pFedGM, or the full method or default reading of
+                # a study: the last row), so a grid stopped part-way has it in every cell
+                for row in sorted(t.rows, key=lambda r: r.run != t.rows[-1].run):
                     found.setdefault((column, row.run, seed), Run(column, row.run, seed, row.keys))
     return list(found.values())
 

@@ -8,10 +8,11 @@ Built on Flower's public strategy hooks (`configure_train`, `aggregate_train`); 
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from logging import INFO, WARNING
 from typing import Any
 
+import numpy as np
 from flwr.app import (
     Array,
     ArrayRecord,
@@ -189,12 +190,8 @@ class PersonalizedFedAvg(FedAvg):
         ranks = self.node_ranks or {}
         used.sort(key=lambda m: (ranks.get(m.metadata.src_node_id, -1), m.metadata.src_node_id))
         weights = [self._weight(m) for m in used]
-        update = weighted_mean(
-            [
-                (w, m.content.array_records[self.arrayrecord_key])
-                for w, m in zip(weights, used, strict=True)
-            ]
-        )
+        records = [m.content.array_records[self.arrayrecord_key] for m in used]
+        update = transformed_mean(weights, records, self.average_transform())
         arrays = merge_arrays(current, ArrayRecord({k: Array(v) for k, v in update.items()}))
         extras = {m.metadata.src_node_id: (w, m.content.array_records[wire.EXTRAS])
                   for w, m in zip(weights, used, strict=True)
@@ -212,6 +209,11 @@ class PersonalizedFedAvg(FedAvg):
         for key in [k for k in means if k.startswith("seconds-")]:  # client time spent
             totals[key + "-total"] = sum(m.get(key, 0.0) for m in metrics)
         return arrays, MetricRecord({**means, **totals})
+
+    def average_transform(self) -> dict[str, tuple[Callable, Callable]]:
+        """{key: (to, back)}: arrays of `key` are averaged as to(x) and the mean mapped back by
+        back(), e.g. precisions averaged as covariances (none here: every array as sent)."""
+        return {}
 
     def aggregate_problem(self, arrays: ArrayRecord) -> str | None:
         """Why the new global arrays must not be used (an invariant broken), or None."""
@@ -249,6 +251,30 @@ def merge_arrays(current: ArrayRecord | None, update: ArrayRecord | None) -> Arr
     merged = {k: update[k] if k in update else v for k, v in current.items()}
     merged.update({k: v for k, v in update.items() if k not in merged})
     return ArrayRecord({k: Array(v.numpy()) for k, v in merged.items()})
+
+
+def transformed_mean(
+    weights: list[float],
+    records: list[ArrayRecord],
+    transforms: Mapping[str, tuple[Callable, Callable]],
+) -> dict[str, Any]:
+    """`weighted_mean` of the records, each array of a key in `transforms` averaged in the
+    coordinates to(x) (in float64) and mapped back by back(), in its own dtype."""
+    if not transforms:
+        return weighted_mean(list(zip(weights, records, strict=True)))
+    items = []
+    for w, record in zip(weights, records, strict=True):
+        values = {k: v.numpy() for k, v in record.items()}
+        for key, (to, _) in transforms.items():
+            if key in values:
+                values[key] = to(values[key].astype(np.float64))
+        items.append((w, values))
+    means = weighted_mean(items)
+    for key, (_, back) in transforms.items():
+        if key in means:
+            dtype = next(r[key].numpy().dtype for r in records if key in r)
+            means[key] = back(means[key]).astype(dtype)
+    return means
 
 
 def weighted_mean(items: list[tuple[float, Mapping[str, Any]]]) -> dict[str, Any]:

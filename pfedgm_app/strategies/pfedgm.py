@@ -10,12 +10,23 @@ losses of `pfedgm_app.gaussian` and answers `train` and `train.personalize` mess
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
 from .personalized import PersonalizedFedAvg
+
+# Algorithm 1: "Server updates phi, psi, nu using a weighted average" of the clients' values,
+# without saying in which coordinates b and A are averaged. The readings:
+# - A (`covariance_average`): "precision", the arithmetic mean of the precisions A_k, the
+#   arrays as sent (the default); "covariance", the mean of the covariances S_k = A_k^-1,
+#   i.e. the weighted harmonic mean of A.
+# - b (`bias_average`): "arithmetic", the mean of b_k = log(pi_k / |S_k|^(1/2)) as sent (the
+#   default); "mixture", the log of the mean of exp(b_k) = pi_k / |S_k|^(1/2), i.e. averaging
+#   the mixture weights pi_k (at equal S_k) rather than their logarithms.
+COVARIANCE_AVERAGES = ("precision", "covariance")
+BIAS_AVERAGES = ("arithmetic", "mixture")
 
 
 class PFedGM(PersonalizedFedAvg):
@@ -24,6 +35,9 @@ class PFedGM(PersonalizedFedAvg):
     Parameters
     ----------
     navigator_keys, covariance_keys : names of psi's and nu's arrays in the ArrayRecord.
+    bias_key : the biases b among `navigator_keys` (`bias_average` applies to it).
+    covariance_average, bias_average : in which coordinates A and b are averaged
+        (`COVARIANCE_AVERAGES`, `BIAS_AVERAGES`; the defaults average the arrays as sent).
     **kwargs : any argument of `PersonalizedFedAvg` / `flwr.serverapp.strategy.FedAvg`
         (`fraction_train` is the paper's participation rate q).
     """
@@ -33,11 +47,30 @@ class PFedGM(PersonalizedFedAvg):
         *,
         navigator_keys: Sequence[str] = ("head.mu", "head.b"),
         covariance_keys: Sequence[str] = ("head.A",),
+        bias_key: str = "head.b",
+        covariance_average: str = "precision",
+        bias_average: str = "arithmetic",
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
+        for name, value, choices in (("covariance_average", covariance_average,
+                                      COVARIANCE_AVERAGES),
+                                     ("bias_average", bias_average, BIAS_AVERAGES)):  # fmt: skip
+            if value not in choices:
+                raise ValueError(f"{name} must be one of {choices}, got {value!r}")
         self.navigator_keys = tuple(navigator_keys)
         self.covariance_keys = tuple(covariance_keys)
+        self.bias_key = bias_key
+        self.covariance_average, self.bias_average = covariance_average, bias_average
+
+    def average_transform(self) -> dict[str, tuple[Callable, Callable]]:
+        """{key: (to, back)}: the arrays averaged as to(x), the mean mapped back by back()."""
+        transforms = {}
+        if self.covariance_average == "covariance":
+            transforms.update({k: (np.reciprocal, np.reciprocal) for k in self.covariance_keys})
+        if self.bias_average == "mixture":
+            transforms[self.bias_key] = (np.exp, np.log)
+        return transforms
 
     def check_initial(self, arrays: ArrayRecord) -> None:
         """psi's and nu's arrays must be there, nu^0 positive."""

@@ -1,0 +1,96 @@
+"""What Phase 1 is doing on a client, as numbers per round (torch only).
+
+The quantities that explain pFedGM's training dynamics (`train_round` returns them as metrics;
+the strategy averages them over the round's clients by weight into `rounds.jsonl`):
+
+- `loss-shared`, `loss-personalized`: H (Eq. LossH) and R_c (Eq. LossR) apart, each the mean
+  over the round's sample-passes (R_c unweighted by lambda);
+- `saturated-fraction`: the share of the round's sample-passes whose P_y > `SATURATED`, where
+  H's gradient on z, mu_y - sum_i P_i mu_i, has all but vanished;
+- at the round's start, on the global model received (eval mode, no dropout, one batch or the
+  features the prototypes are computed from: no random draw, so no number of training
+  changes): `grad-norm-shared` and `grad-norm-personalized`, the norms over phi of the
+  gradients of H and of lambda R_c on the client's first batch, and `grad-share-personalized`
+  = |lambda grad R_c| / (|grad H| + |lambda grad R_c|); `z-norm` (mean ||z||), `mu-norm` (mean
+  ||mu_k||), `within-class-variance` (mean over samples of ||z - upsilon_y||^2 / d, what R_c
+  shrinks), `saturated-fraction-start` and `covariance-norm` (||A||, Frobenius).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .gaussian import GaussianHead, gaussian_logits, personalized_objective, shared_objective
+from .training import evaluating
+
+SATURATED = 0.99  # P_y above this: H is saturated on the sample
+
+
+def saturated(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """How many samples have P_y > `SATURATED` (a 0-d tensor: no host sync per batch)."""
+    p_y = torch.softmax(logits.detach(), 1).gather(1, y[:, None])
+    return (p_y > SATURATED).sum()
+
+
+class RoundMeter:
+    """Sums of H, R_c and saturated samples over a round's steps, kept as tensors."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor | float] = {}
+        self.passes = 0
+
+    def add(self, n: int, **values: torch.Tensor) -> None:
+        for key, value in values.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value.detach() * n
+        self.passes += n
+
+    def add_count(self, key: str, count: torch.Tensor) -> None:
+        self.sums[key] = self.sums.get(key, 0.0) + count
+
+    def means(self) -> dict[str, float]:
+        return {key: float(total) / max(self.passes, 1) for key, total in self.sums.items()}
+
+
+def round_start(
+    generator: nn.Module,
+    head: GaussianHead,
+    z: torch.Tensor,
+    y: torch.Tensor,
+    prototypes: torch.Tensor,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    lam: float,
+    objective_scale: str = "mean",
+) -> dict[str, float]:
+    """The round-start quantities (module docstring) of the global model on one client: `z`,
+    `y` its training features and labels, `prototypes` their class means, `batch` the batch
+    the gradients are taken on."""
+    with torch.no_grad():
+        logits = gaussian_logits(z, head.mu, head.b, per_sample=False)
+        stats = {
+            "z-norm": float(z.norm(dim=1).mean()),
+            "mu-norm": float(head.mu.norm(dim=1).mean()),
+            "within-class-variance": float(((z - prototypes[y]) ** 2).mean()),
+            "saturated-fraction-start": float(saturated(logits, y)) / max(len(y), 1),
+            "covariance-norm": float(head.A.norm()),
+        }
+    params = [p for p in generator.parameters() if p.requires_grad]
+    xb, yb = batch
+    with evaluating(generator), torch.enable_grad():
+        zb = generator(xb)
+        h = shared_objective(zb, yb, head)
+        g_shared = torch.autograd.grad(h, params, retain_graph=True, allow_unused=True)
+        r = lam * personalized_objective(zb, yb, prototypes, objective_scale)
+        g_personal = torch.autograd.grad(r, params, allow_unused=True)
+    shared, personal = _norm(g_shared), _norm(g_personal)
+    return {
+        **stats,
+        "grad-norm-shared": shared,
+        "grad-norm-personalized": personal,
+        "grad-share-personalized": personal / (shared + personal) if shared + personal else 0.0,
+    }
+
+
+def _norm(grads: tuple[torch.Tensor | None, ...]) -> float:
+    squares = [g.pow(2).sum() for g in grads if g is not None]
+    return float(torch.stack(squares).sum().sqrt()) if squares else 0.0
