@@ -25,6 +25,9 @@ from .gaussian import GaussianHead, gaussian_logits, personalized_objective, sha
 from .training import evaluating
 
 SATURATED = 0.99  # P_y above this: H is saturated on the sample
+KEYS = ("loss-shared", "loss-personalized", "saturated-fraction", "grad-norm-shared",
+        "grad-norm-personalized", "grad-share-personalized", "z-norm", "mu-norm",
+        "within-class-variance", "saturated-fraction-start", "covariance-norm")  # fmt: skip
 
 
 def saturated(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

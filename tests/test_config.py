@@ -96,6 +96,15 @@ def test_a_method_registered_once_is_known_everywhere():
         ({"adaptation": "lbfgs"}, "adaptation must be one of"),
         ({"decoupling": "gm+d"}, "decoupling must be one of"),
         ({"personalized-objective": "no"}, "personalized-objective must be true or false"),
+        ({"validation-fraction": 1.0}, "validation-fraction must lie in [0, 1)"),
+        ({"validation-fraction": -0.1}, "validation-fraction must be >= 0"),
+        ({"prototype-step": "fast"}, "prototype-step must be one of"),
+        ({"objective-scale": "total"}, "objective-scale must be one of"),
+        ({"navigator-lr-scale": 0.0}, "navigator-lr-scale must be > 0"),
+        ({"head-weight-decay": "mu,W"}, "head-weight-decay names ['W']"),
+        ({"covariance-average": "variance"}, "covariance-average must be one of"),
+        ({"bias-average": "geometric"}, "bias-average must be one of"),
+        ({"rc-input": "after"}, "rc-input must be one of"),
     ],
 )
 def test_bad_values_raise_clear_errors(override, message):

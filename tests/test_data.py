@@ -12,8 +12,10 @@ from pfedgm_app.config import ConfigError
 from pfedgm_app.data import (
     Protocol,
     client_indices,
+    client_split,
     corruption_pair,
     dirichlet_partition,
+    hold_out_validation,
     load_client_data,
     load_pool,
     min_partition_size,
@@ -79,6 +81,26 @@ def test_train_test_split_is_80_20_disjoint_and_seeded():
     again = split_train_test(idx, 0.2, seed=3)
     assert np.array_equal(train, again[0])
     assert min_partition_size(50, 0.2) == 63
+
+
+def test_a_validation_split_is_carved_from_train_and_the_test_set_is_never_read(cifar10):
+    """validation-fraction 0.1: ceil(0.1 n) of a client's n training samples (seeded) become
+    the evaluated set; the rest train; the partition and the test indices are as without."""
+    idx = np.arange(200, 263)
+    train, test = split_train_test(idx, 0.2, seed=3)
+    rest, validation = hold_out_validation(train, test, 0.1, seed=3)
+    assert len(validation) == math.ceil(0.1 * len(train)) and len(rest) + len(validation) == 50
+    assert set(rest) | set(validation) == set(train) and set(rest).isdisjoint(validation)
+    kept = hold_out_validation(train, test, 0.0, seed=3)
+    assert kept[0] is train and kept[1] is test
+    assert np.array_equal(hold_out_validation(train, test, 0.1, seed=3)[1], validation)
+    plain = Protocol(str(cifar10), 20, 0.5, seed=0, pool_size=6000)
+    held = Protocol(str(cifar10), 20, 0.5, seed=0, pool_size=6000, validation_fraction=0.1)
+    for pid in (0, 7):
+        (tr, te), (rest, val) = client_split(plain, pid), client_split(held, pid)
+        assert set(rest) | set(val) == set(tr) and not set(val) & set(te)
+        data = load_client_data(held, pid)
+        assert len(data.y_test) == len(val) and len(data.y_train) == len(rest)
 
 
 def test_cifar10_protocol_partition(cifar10):

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from devtools.deployment import start_deployment
 from devtools.launch import stop_local_superlink
+from pfedgm_app import diagnostics
 from pfedgm_app.data import Protocol, client_indices
 from pfedgm_app.paper.flwr_cli import offline_env, run_app
 
@@ -56,6 +59,10 @@ def test_learning_pfedgm_beats_fedavg_on_cifar10_dir01(flower_env, tmp_path, cif
         run = _run(flower_env, tmp_path / method, cifar10, 10, method=method, **cfg)
         results[method] = _check_outputs(run, method, 10, 3)
     gm, avg = results["pfedgm"], results["fedavg"]
+    for line in (Path(gm["output_dir"]) / "rounds.jsonl").read_text().splitlines():
+        row = json.loads(line)  # Phase 1's diagnostics, averaged over the round's clients
+        assert all(math.isfinite(row[k]) for k in diagnostics.KEYS), row
+        assert 0 <= row["grad-share-personalized"] <= 1 and row["loss-shared"] > 0, row
     assert {"head.mu", "head.b", "head.A"} <= set(torch.load(gm["output_dir"] + "/global_model.pt"))
     assert gm["mean_accuracy"] > 50, gm
     assert gm["mean_accuracy"] > avg["mean_accuracy"] + 10, (gm, avg)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from pfedgm_app.gaussian import (
     NAVIGATOR_INITS,
+    OBJECTIVE_SCALES,
     POSITIVE_FLOOR,
     GaussianHead,
     PersonalizedHead,
@@ -337,6 +338,49 @@ def test_update_prototypes_step_size():
     _assert_close(protos[0], 0.7 * old[0] + 0.3 * mean0, 1e-12)
     assert torch.equal(protos[1], old[1])
     _assert_close(protos[2], mean2, 1e-12)
+
+
+def test_update_prototypes_readings_of_the_step_size():
+    """`batch` (eta_k = 1) takes the batch's class means, `none` (eta_k = 0) keeps the round's
+    start; a class absent from the batch keeps its prototype under every reading."""
+    g = _gen(11)
+    protos = _randn(3, 2, g=g)
+    y = torch.tensor([0, 2, 0, 2])
+    z = _randn(len(y), 2, g=g)
+    counts = torch.tensor([10.0, 4.0, 6.0], dtype=F64)
+    batch, none = protos.clone(), protos.clone()
+    update_prototypes_(batch, z, y, counts, step="batch")
+    update_prototypes_(none, z, y, counts, step="none")
+    _assert_close(batch[0], z[y == 0].mean(0), 1e-12)
+    _assert_close(batch[2], z[y == 2].mean(0), 1e-12)
+    assert torch.equal(batch[1], protos[1]) and torch.equal(none, protos)
+    with pytest.raises(ValueError, match="epoch"):
+        update_prototypes_(protos, z, y, counts, step="fast")
+
+
+def test_objective_scale_sum_drops_the_1_over_d_of_r_c_and_zeta():
+    """Eq. (LossR) is 1/d E||z - upsilon||^2 ("mean"); "sum" is E||z - upsilon||^2, and zeta's
+    lambda/d becomes lambda, with the Gaussian form still reproducing the logits."""
+    assert OBJECTIVE_SCALES[0] == "mean"  # the printed 1/d is the default
+    g = _gen(12)
+    z, protos = _randn(7, 5, g=g), _randn(3, 5, g=g)
+    y = torch.tensor([0, 1, 2, 0, 1, 2, 0])
+    closed = ((z - protos[y]) ** 2).sum(1).mean()
+    _assert_close(personalized_objective(z, y, protos, "sum"), closed, 1e-12)
+    _assert_close(personalized_objective(z, y, protos), closed / 5, 1e-12)
+    head = _phase2_head(2.0, seed=13)
+    head.objective_scale = "sum"
+    d = head.mu.shape[1]
+    z = _randn(9, d, g=_gen(14))
+    with torch.no_grad():
+        m = head.mu_star + head.mu
+        xi = -0.5 * ((z[:, None] - m[None]) ** 2 * (head.a_g * head.A_star)[None]).sum(-1)
+        zeta = -2.0 * ((z[:, None] - head.upsilon[None]) ** 2 * head.a_c).sum(-1)
+        _assert_close(head(z), xi + zeta + head.b_star + head.b, 1e-10)
+        s_hat, mu_hat, b_hat = head.gaussian_form()
+        _assert_close(gaussian_logits(z, mu_hat, b_hat, 1 / s_hat), head(z), 1e-9)
+    with pytest.raises(ValueError, match="mean"):
+        personalized_objective(z, y[:1].expand(9), protos[:, :1].expand(3, d), "total")
 
 
 def test_class_means_fallback_and_counts():

@@ -159,3 +159,80 @@ def test_unknown_switch_values_are_refused_in_one_line():
         personalize(gen, head, (x, y), (x, y), adaptation="lbfgs")
     with pytest.raises(ValueError, match=r"the head has 2 classes"):
         train_round(gen, GaussianHead(2, D), (x, y), personalized=False)
+
+
+def test_navigator_lr_scale_and_head_decay_move_only_their_parameters():
+    """One full-batch step: mu and b move `navigator_lr_scale` times as far, the generator and
+    A as before; `head_decay` adds lr * weight_decay * value to exactly the named parameters."""
+    x, y = _problem()
+    base, scaled = _parts(), _parts()
+    start = copy.deepcopy(base)
+    _one_step(*base, x, y)
+    _one_step(*scaled, x, y, navigator_lr_scale=10.0)
+    for name in ("mu", "b"):
+        moved = getattr(base[1], name) - getattr(start[1], name)
+        torch.testing.assert_close(getattr(scaled[1], name) - getattr(start[1], name), 10 * moved)
+    torch.testing.assert_close(scaled[1].A, base[1].A)
+    torch.testing.assert_close(scaled[0][0].weight, base[0][0].weight)
+
+    def step(head_decay):
+        gen, head = copy.deepcopy(start)
+        train_round(gen, head, (x, y), epochs=1, lr=0.1, momentum=0.0, weight_decay=0.5,
+                    batch_size=len(x), head_decay=head_decay)  # fmt: skip
+        return head
+
+    none, every = step(()), step(("mu", "b", "A"))
+    for name in ("mu", "b", "A"):
+        decay = 0.1 * 0.5 * getattr(start[1], name)
+        torch.testing.assert_close(getattr(none, name) - getattr(every, name), decay)
+    with pytest.raises(ValueError, match=r"head_decay names \['W'\]"):
+        train_round(*_parts(), (x, y), head_decay=("W",))
+
+
+def test_the_round_diagnostics_are_their_closed_forms_on_the_global_model():
+    """At the round's start, on the model received: the gradient norms of H and lam R_c on
+    the generator (autograd, first batch), ||z||, ||mu_k||, the within-class variance (R_c at
+    the exact prototypes), the saturated share and ||A||; over the round, H and R_c apart."""
+    x, y = _problem()
+    gen, head = _parts()
+    g0, h0 = copy.deepcopy((gen, head))
+    metrics = train_round(gen, head, (x, y), epochs=1, lam=2.0, batch_size=20)
+    z = g0(x).detach()
+    protos = torch.stack([z[y == k].mean(0) for k in range(K)])
+    zb = g0(x[:20])
+    gh = torch.autograd.grad(shared_objective(zb, y[:20], h0), list(g0.parameters()),
+                             retain_graph=True)  # fmt: skip
+    gr = torch.autograd.grad(2.0 * F.mse_loss(zb, protos[y[:20]]), list(g0.parameters()))
+    norm_h = torch.sqrt(sum((g**2).sum() for g in gh))
+    norm_r = torch.sqrt(sum((g**2).sum() for g in gr))
+    p_y = torch.softmax(h0(z), 1)[torch.arange(len(y)), y]
+    expected = {
+        "grad-norm-shared": norm_h,
+        "grad-norm-personalized": norm_r,
+        "grad-share-personalized": norm_r / (norm_h + norm_r),
+        "z-norm": z.norm(dim=1).mean(),
+        "mu-norm": h0.mu.norm(dim=1).mean(),
+        "within-class-variance": ((z - protos[y]) ** 2).mean(),
+        "saturated-fraction-start": (p_y > 0.99).float().mean(),
+        "covariance-norm": h0.A.norm(),
+    }
+    for key, value in expected.items():
+        assert metrics[key] == pytest.approx(float(value.detach()), rel=1e-4, abs=1e-7), key
+    # the round's loss is H + lam R_c + the covariance term (the last reaches A only)
+    assert metrics["loss"] > metrics["loss-shared"] + 2.0 * metrics["loss-personalized"] > 0
+    assert 0 <= metrics["saturated-fraction"] <= 1
+
+
+def test_the_diagnostics_change_no_step_of_training():
+    """The diagnostics draw nothing from the RNG and touch no gradient: two rounds from the
+    same start and seed end with the same weights, with or without a dropout before the head."""
+    x, y = _problem()
+    runs = []
+    for _ in range(2):
+        gen, head = _parts()
+        torch.manual_seed(5)
+        train_round(gen, head, (x, y), epochs=2, rng=torch.Generator().manual_seed(1),
+                    dropout=nn.Dropout(0.3))  # fmt: skip
+        runs.append(_state(gen, head) + [torch.rand(1)])  # the global RNG's next draw too
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a, b)

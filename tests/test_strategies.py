@@ -36,6 +36,24 @@ def test_pfedgm_averages_generator_navigator_and_covariance_by_num_examples():
         np.testing.assert_allclose(arrays[key].numpy(), value, rtol=1e-6)
 
 
+def test_pfedgm_averages_a_as_covariances_and_b_as_mixture_weights_when_asked():
+    """covariance-average='covariance': the weighted mean of A^-1, inverted (a harmonic mean);
+    bias-average='mixture': log of the weighted mean of exp(b). Other keys as by default."""
+    current = _arrays(**{"w": [0, 0], "head.mu": [0, 0], "head.b": [0], "head.A": [1, 1]})
+    a = _arrays(**{"w": [1, 2], "head.mu": [1, 1], "head.b": [3], "head.A": [1, 2]})
+    b = _arrays(**{"w": [4, 8], "head.mu": [4, 4], "head.b": [0], "head.A": [4, 5]})
+    strategy = PFedGM(covariance_average="covariance", bias_average="mixture")
+    arrays, _ = _aggregate(strategy, current, [_reply(1, a, 100), _reply(2, b, 300)])
+    expect = {"w": [3.25, 6.5], "head.mu": [3.25, 3.25],
+              "head.b": [np.log(0.25 * np.exp(3) + 0.75)],
+              "head.A": [1 / (0.25 / 1 + 0.75 / 4), 1 / (0.25 / 2 + 0.75 / 5)]}  # fmt: skip
+    for key, value in expect.items():
+        assert arrays[key].numpy().dtype == np.float32, key
+        np.testing.assert_allclose(arrays[key].numpy(), value, rtol=1e-6)
+    with pytest.raises(ValueError, match="covariance_average must be one of"):
+        PFedGM(covariance_average="variance")
+
+
 def _content(arrays=None, metrics=None, **records) -> RecordDict:
     content = RecordDict({"arrays": arrays if arrays is not None else _arrays(w=[4.0, 4.0]),
                           "metrics": MetricRecord(metrics or {"num-examples": 10})})  # fmt: skip
