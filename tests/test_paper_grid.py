@@ -240,3 +240,32 @@ def test_figures_are_drawn_for_the_cells_that_have_runs(tmp_path):
     names = sorted(p.name for p in written)
     assert names == ["corruption-cifar10s-dir05-100c-clients.png", "objective-bars.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
+
+
+def test_the_readings_study_holds_out_validation_and_runs_the_default_first():
+    """Every run of the readings table evaluates on a validation split of the training data;
+    each differs from the default reading by exactly one key, and the default runs first."""
+    study = runs(["readings"], [0])
+    default = grid.TABLES["readings"].rows[-1]
+    assert study[0].name == default.run == "pfedgm-val-default"
+    for run in study:
+        assert run.keys["validation-fraction"] == 0.1
+        assert len(set(run.keys.items()) ^ set(default.keys.items())) <= 1, run.name
+
+
+def test_the_dynamics_figure_draws_a_pfedgm_run_beside_another(tmp_path, capsys):
+    from pfedgm_app.diagnostics import KEYS
+
+    gm, other = tmp_path / "gm", tmp_path / "other"
+    for folder, rows in (
+        (gm, [{"round": r, **dict.fromkeys(KEYS, 0.5 * r)} for r in (1, 2)]),
+        (other, [{"round": 1}, {"round": 2, "personalized-accuracy": 30.0}]),
+    ):
+        folder.mkdir()
+        (folder / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    png = tmp_path / "dynamics.png"
+    assert cli.main(["dynamics", str(gm), "--beside", str(other), "--to", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
+    assert cli.main(["dynamics", str(other), "--to", str(png)]) == 2  # no diagnostics there
+    assert "no Phase 1 diagnostics" in capsys.readouterr().err

@@ -5,6 +5,7 @@
     pfedgm-paper run objective,decoupling --out /abs/paper --columns cifar10s-dir05-100c
     pfedgm-paper collect --out /abs/paper --to results/paper/runs   # the small files only
     pfedgm-paper render --out results/paper/runs --to docs/results/rendered
+    pfedgm-paper dynamics /abs/paper/cifar100-dir05/pfedgm/seed0 --to dynamics.png
 
 `run` runs each missing run (resumably: `runner`) and prints one progress line; `collect` copies
 what the renderings read of each finished run (no models, no checkpoints) to a folder that can
@@ -78,6 +79,16 @@ def parser() -> argparse.ArgumentParser:
     tsne = sub.add_parser("tsne", help="the t-SNE figure of one finished run's folder")
     tsne.add_argument("run_dir", type=Path, help="a run's output-dir (with global_model.pt)")
     tsne.add_argument("--to", type=Path, required=True, help="the PNG to write")
+    dynamics = sub.add_parser("dynamics", help="Phase 1's diagnostics of a pFedGM run per round")
+    dynamics.add_argument("run_dir", type=Path, help="a pFedGM run's output-dir")
+    dynamics.add_argument(
+        "--beside",
+        type=Path,
+        action="append",
+        default=[],
+        help="another run whose accuracy curve joins the first panel",
+    )
+    dynamics.add_argument("--to", type=Path, required=True, help="the PNG to write")
     render = sub.add_parser("render", help="tables (Markdown, CSV) and figures from results")
     render.add_argument("--out", type=Path, required=True, help="the results folder")
     render.add_argument("--to", type=Path, help="where to write (default: OUT/rendered)")
@@ -94,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             "collect": _collect,
             "render": _render,
             "tsne": _tsne,
+            "dynamics": _dynamics,
         }
         return commands[args.command](args)
     except ValueError as exc:  # bad input: one line, before any run starts
@@ -167,6 +179,13 @@ def _tsne(args) -> int:
     from .tsne import tsne_figure
 
     print(tsne_figure(args.run_dir, args.to))
+    return 0
+
+
+def _dynamics(args) -> int:
+    from .dynamics import dynamics_figure
+
+    print(dynamics_figure(args.run_dir, args.to, args.beside))
     return 0
 
 
