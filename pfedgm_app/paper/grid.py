@@ -90,10 +90,10 @@ VALIDATION = {"validation-fraction": 0.1}
 READINGS = tuple(
     _variant(name, label, **VALIDATION, **keys)
     for name, label, keys in (
-        ("val-npo", "NPO (no R_c)", {"personalized-objective": False}),
-        ("val-scale-sum", "R_c and zeta without 1/d", {"objective-scale": "sum"}),
         ("val-nav-lr-10", "navigator lr x10", {"navigator-lr-scale": 10.0}),
+        ("val-scale-sum", "R_c and zeta without 1/d", {"objective-scale": "sum"}),
         ("val-decay-none", "no decay on mu, b", {"head-weight-decay": ""}),
+        ("val-npo", "NPO (no R_c)", {"personalized-objective": False}),
         ("val-step-none", "prototype step 0 (none)", {"prototype-step": "none"}),
         ("val-step-batch", "prototype step 1 (batch)", {"prototype-step": "batch"}),
         ("val-cov-average", "A averaged as covariances", {"covariance-average": "covariance"}),
