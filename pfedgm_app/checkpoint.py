@@ -1,9 +1,12 @@
 """What a stopped run resumes from, and who may write a run's folder.
 
-`checkpoint.pt` after every round holds the global arrays and the strategy's state. A resume
-(`resume=true`) continues the same experiment only: `check_resume` refuses, before anything in
-the folder is touched, a run-config that differs from the stopped run's `config.json` in any key
-that changes the computation. `FolderLock` keeps a second live run out of an `output-dir`; the
+`checkpoint.pt` after every round holds the global arrays and the strategy's state, as tensors
+and plain values only (dicts, lists, tuples, str, int, float, bool, None): it is read with
+`torch.load(weights_only=True)`, so a file handed over with the folder cannot run code, and one
+holding anything else is refused. A resume (`resume=true`) continues the same experiment only:
+`check_resume` refuses, before anything in the folder is touched, a run-config that differs from
+the stopped run's `config.json` in any key that changes the computation, and `check_clients`
+another number of clients. `FolderLock` keeps a second live run out of an `output-dir`; the
 operating system releases it when its process ends, so a killed run leaves nothing stuck.
 """
 
@@ -12,9 +15,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord
 
@@ -30,25 +35,74 @@ RESUMABLE = frozenset({"resume", "output-dir", "num-server-rounds", "round-timeo
 
 
 def save(run_dir: Path, server_round: int, arrays: ArrayRecord, strategy: dict) -> Path:
-    """`checkpoint.pt` after `server_round`: the global arrays and the strategy's state,
-    written to a temporary file and renamed, so a kill leaves the previous one whole."""
+    """`checkpoint.pt` after `server_round`: the global arrays and the strategy's state (numpy
+    arrays and plain values; the arrays stored as tensors), written to a temporary file and
+    renamed, so a kill leaves the previous one whole."""
     path, tmp = run_dir / CHECKPOINT, run_dir / (CHECKPOINT + ".tmp")
-    payload = {"round": server_round, "strategy": strategy,
-               "arrays": {k: v.numpy() for k, v in arrays.items()}}  # fmt: skip
+    payload = {"round": server_round, "strategy": _stored(strategy),
+               "arrays": {k: _stored(v.numpy()) for k, v in arrays.items()}}  # fmt: skip
     torch.save(payload, tmp)
     os.replace(tmp, path)
     return path
 
 
 def load(run_dir: Path) -> tuple[int, ArrayRecord, dict]:
-    """(rounds done, global arrays, strategy state) of the last checkpoint in `run_dir`."""
-    try:  # our own file: numpy arrays and the RNG state are pickled
-        payload = torch.load(run_dir / CHECKPOINT, weights_only=False)
-        done = int(payload["round"])
+    """(rounds done, global arrays, strategy state) of the last checkpoint in `run_dir`, as
+    `save` was given them. Raises ConfigError, having run nothing in it, for a file that holds
+    more than tensors and plain values or is not a checkpoint of this app."""
+    path = run_dir / CHECKPOINT
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # an object to build, or no pickle: nothing of it ran
+        raise ConfigError(
+            f"{path} is not loaded: it holds objects other than tensors and plain values (which "
+            "could run code), or is no checkpoint; resume only a run this version of the app "
+            "wrote, or start a new run in another output-dir"
+        ) from None
     except Exception as exc:  # noqa: BLE001 (any unreadable file: one clear message)
-        raise ConfigError(f"cannot read {run_dir / CHECKPOINT}: {exc}") from exc
-    arrays = ArrayRecord({k: Array(v) for k, v in payload["arrays"].items()})
-    return done, arrays, payload["strategy"]
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"cannot read {path}: {reason}") from exc
+    arrays = payload.get("arrays") if isinstance(payload, dict) else None
+    if not (
+        isinstance(arrays, dict)
+        and type(payload.get("round")) is int
+        and payload["round"] >= 0
+        and isinstance(payload.get("strategy"), dict)
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in arrays.items())
+    ):
+        raise ConfigError(
+            f"{path} is not a checkpoint of this app (round, arrays, strategy state): resume "
+            "only a run this app wrote, or start a new run in another output-dir"
+        )
+    arrays = ArrayRecord({k: Array(v.numpy()) for k, v in arrays.items()})
+    return payload["round"], arrays, _restored(payload["strategy"])
+
+
+def _stored(value: Any) -> Any:
+    """`value` with its numpy arrays as tensors: what `weights_only` loading reads back.
+    Exact types only: a numpy scalar (a float subclass) would be pickled as an object."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.array(value, order="C"))  # a copy: the caller's may change
+    if isinstance(value, dict):
+        if bad := [k for k in value if type(k) not in (str, int)]:
+            raise TypeError(f"a checkpoint's dict keys are str or int, got {bad[0]!r}")
+        return {k: _stored(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_stored(v) for v in value)
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    raise TypeError(f"a checkpoint holds numpy arrays and plain values, not {type(value).__name__}")
+
+
+def _restored(value: Any) -> Any:
+    """The inverse of `_stored`: tensors back to numpy arrays."""
+    if isinstance(value, torch.Tensor):
+        return value.numpy()
+    if isinstance(value, dict):
+        return {k: _restored(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_restored(v) for v in value)
+    return value
 
 
 def check_resume(run_dir: Path, config: dict[str, Any]) -> None:
@@ -61,12 +115,7 @@ def check_resume(run_dir: Path, config: dict[str, Any]) -> None:
         )
     if (run_dir / "summary.json").exists():
         raise ConfigError(f"resume=true but the run in {run_dir} finished (summary.json)")
-    try:
-        before = json.loads((run_dir / "config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(
-            f"cannot resume {run_dir}: its config.json is unreadable ({exc})"
-        ) from exc
+    before = _stopped_config(run_dir)
     changed = sorted(k for k in config if k not in RESUMABLE and before.get(k) != config[k])
     if changed:
         diffs = ", ".join(f"{k}: {before.get(k)!r} -> {config[k]!r}" for k in changed)
@@ -79,6 +128,31 @@ def check_resume(run_dir: Path, config: dict[str, Any]) -> None:
             f"num-server-rounds={config['num-server-rounds']} but the run in {run_dir} has "
             f"done {done} rounds: give at least {done}"
         )
+
+
+def check_clients(run_dir: Path, num_clients: int, min_nodes: int = 0) -> None:
+    """Refuse to resume the run in `run_dir` with another number of clients than it had: the
+    partition and the sampling depend on it. A federation of devices that come and go
+    (`min-nodes`) starts with those connected, any number."""
+    before = _stopped_config(run_dir).get("num-clients")
+    if not min_nodes and before != num_clients:
+        raise ConfigError(
+            f"resume=true with {num_clients} clients (SuperNodes) but the run in {run_dir} had "
+            f"{before} (num-clients in its config.json): resume with {before}, or start a new "
+            "run in another output-dir"
+        )
+
+
+def _stopped_config(run_dir: Path) -> dict[str, Any]:
+    try:
+        config = json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot resume {run_dir}: its config.json is unreadable ({exc})"
+        ) from exc
+    if not isinstance(config, dict):
+        raise ConfigError(f"cannot resume {run_dir}: its config.json holds no run-config")
+    return config
 
 
 class FolderLock:

@@ -23,11 +23,10 @@ from torch import nn
 
 from .gaussian import GaussianHead, gaussian_logits, personalized_objective, shared_objective
 from .training import evaluating
+from .wire import PFEDGM_METRICS
 
 SATURATED = 0.99  # P_y above this: H is saturated on the sample
-KEYS = ("loss-shared", "loss-personalized", "saturated-fraction", "grad-norm-shared",
-        "grad-norm-personalized", "grad-share-personalized", "z-norm", "mu-norm",
-        "within-class-variance", "saturated-fraction-start", "covariance-norm")  # fmt: skip
+KEYS = PFEDGM_METRICS[:-1]  # the wire's names of what this module reports
 
 
 def saturated(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from flwr.serverapp import Grid
 
 from . import wire
 from .config import ConfigError, RunConfig
+from .strategies.contract import query_reply_problem
 
 REASON_CHARS = 300  # at most this much of a failed ClientApp's error reason is reported
 CAUSES = {"data": "could not load its data", "model-dir": "cannot save its personalized model"}
@@ -88,9 +89,7 @@ def query_new_nodes(
     added, held = [], {int(i[wire.PARTITION_ID]) for i in infos.values()}
     for reply in grid.send_and_receive(messages, timeout=cfg.round_timeout) if new else []:
         node = reply.metadata.src_node_id
-        problem = unavailable(reply)
-        info = {} if problem else dict(reply.content[wire.METRICS])
-        problem = problem or _other_input(info, infos)
+        info, problem = _read_query(reply, infos)
         if problem:
             if not cfg.min_nodes:
                 raise ConfigError(f"SuperNode {node} cannot take part: {problem}")
@@ -111,6 +110,18 @@ def query_new_nodes(
     return added
 
 
+def _read_query(reply: Message, infos: dict[int, dict]) -> tuple[dict, str | None]:
+    """(metrics, None) of a query reply that describes a client fitting the federation, else
+    ({}, why); nothing a reply holds can raise here."""
+    try:
+        if problem := unavailable(reply):
+            return {}, problem
+        info = dict(reply.content.metric_records[wire.METRICS])
+        return info, query_reply_problem(info) or _other_input(info, infos)
+    except Exception as exc:  # noqa: BLE001 - the reply's fault, reported as its node's
+        return {}, f"its query reply cannot be read ({type(exc).__name__})"
+
+
 def unavailable(reply: Message) -> str | None:
     """Why the node of a query reply cannot take part, in one line; None if it can. Its data
     could not be loaded, or its model folder cannot be written: the reason its ClientApp gave
@@ -122,11 +133,11 @@ def unavailable(reply: Message) -> str | None:
         if len(reason) > REASON_CHARS:
             reason = reason[: REASON_CHARS - 3] + "..."
         return f"its ClientApp failed (Flower error code {reply.error.code}): {reason}"
-    if wire.UNAVAILABLE in reply.content:
-        record = reply.content[wire.UNAVAILABLE]
+    if wire.UNAVAILABLE in reply.content.config_records:
+        record = reply.content.config_records[wire.UNAVAILABLE]
         what = CAUSES.get(str(record.get(wire.CAUSE, "data")), "cannot take part")
-        return f"{what}: {record[wire.REASON]}"
-    if wire.METRICS not in reply.content:
+        return f"{what}: {' '.join(str(record.get(wire.REASON, '?')).split())[:REASON_CHARS]}"
+    if wire.METRICS not in reply.content.metric_records:
         return "its query reply holds neither metrics nor a reason (another app's ClientApp?)"
     return None
 

@@ -37,7 +37,7 @@ MEANINGS: dict[str, str] = {
     "message when its method, classes, image shape or class count differ from this run's. "
     "With `num-server-rounds=0`, devices that joined after training get their personalized "
     "models without any client training again (deploy/README.md)",
-    "fraction-train": "participation rate q, in (0, 1]",
+    "fraction-train": "participation rate q",
     "local-epochs": "local epochs per round",
     "batch-size": "mini-batch size",
     "learning-rate": "SGD learning rate",
@@ -46,6 +46,13 @@ MEANINGS: dict[str, str] = {
     "min-train-samples": "every client gets at least this many training samples (the partition "
     "resamples until it holds)",
     "test-fraction": "each client's test split (0.2: 80/20)",
+    "aggregation": "how the round's updates are combined (docs/robustness.md): `mean` "
+    "(FedAvg, weighted), `trimmed-mean` (Flower's FedTrimmedAvg) or `median` (FedMedian)",
+    "trim-fraction": "`trimmed-mean`: the share of the replies cut at each end, per coordinate",
+    "clip-ratio": "an update whose norm exceeds this many times the round's median update norm "
+    "is scaled down to it (0: no clipping; at least 3 replies)",
+    "weight-ratio": "a client counts at most this many times the median size the clients "
+    "reported at query (its weight in the mean, its test size in the personalized mean)",
     "validation-fraction": "for studies that choose a reading: v > 0 takes ceil(v n) of each "
     "client's n training samples (seeded) as a validation set, trains on the rest and reports "
     "accuracy on the validation set in place of the test set, which the run never reads",
@@ -145,11 +152,23 @@ MEANINGS: dict[str, str] = {
 
 
 def _bound(f) -> str:
-    if "min" in f.metadata:
-        return f">= {f.metadata['min']}"
-    if "gt" in f.metadata:
-        return f"> {f.metadata['gt']}"
+    """A field's bounds as an interval, `[0, 1)`, or a half-line, `>= 0`."""
+    m = f.metadata
+    low = ("[", m["min"]) if "min" in m else ("(", m["gt"]) if "gt" in m else None
+    high = (m["max"], "]") if "max" in m else (m["lt"], ")") if "lt" in m else None
+    if low and high:
+        return f"{low[0]}{_number(low[1])}, {_number(high[0])}{high[1]}"
+    if low:
+        return f"{'>=' if low[0] == '[' else '>'} {_number(low[1])}"
     return ""
+
+
+def _number(value: float) -> str:
+    """1e6 as 10^6, 100.0 as 100: a bound read at a glance."""
+    if not float(value).is_integer():
+        return f"{value:g}"
+    digits = str(int(value))
+    return f"10^{len(digits) - 1}" if len(digits) > 4 and digits.strip("0") == "1" else digits
 
 
 def group_title(group: type[Settings]) -> str:

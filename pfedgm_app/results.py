@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import tempfile
 import time
@@ -41,6 +42,8 @@ class RunWriter:
         self.lock: checkpoint.FolderLock | None = None  # held while the run writes here
         self.resumed_after = 0  # rounds of an earlier sitting (`resume`)
         self.earlier = 0.0  # wall seconds of the earlier sittings, up to their last checkpoint
+        self.dropped: list[str] = []  # Phase 1's dropped replies ("round r: node n: why")
+        self.rounds_without_update: dict[int, str] = {}  # round -> why nothing was aggregated
 
     @classmethod
     def create(cls, cfg: RunConfig, settings: Settings, started: float | None = None) -> RunWriter:
@@ -106,14 +109,17 @@ class RunWriter:
 
     def write_json(self, name: str, payload: Any) -> Path:
         path = self.run_dir / name
-        path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+        path.write_text(strict_json(payload, indent=2, sort_keys=True) + "\n")
         return path
 
     def mark(self, moment: str) -> None:
         self.times[moment] = time.time()
 
     def write_config(self, cfg: RunConfig, settings: Settings, num_clients: int) -> None:
-        """`config.json`: the run's settings (common and its method's), as run-config keys."""
+        """`config.json`: the run's settings (common and its method's), as run-config keys. A
+        resumed run's must have the stopped run's clients (checked before it is rewritten)."""
+        if cfg.resume:
+            checkpoint.check_clients(self.run_dir, num_clients, cfg.min_nodes)
         self._prepare()
         config = {**cfg.to_run_config(), **settings.to_run_config()}
         self.write_json(
@@ -123,9 +129,11 @@ class RunWriter:
             self.run_dir)  # fmt: skip
 
     def append_round(self, server_round: int, metrics: MetricRecord | None, **extra) -> None:
-        row = {"round": server_round, **dict(metrics or {}), **extra}
+        """One line of `rounds.jsonl`: the round's metrics, under the server's own keys (the
+        round, its seconds, its evaluation), strict JSON (a non-finite number is null)."""
+        row = {**dict(metrics or {}), "round": server_round, **extra}
         with open(self.run_dir / "rounds.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
+            f.write(strict_json(row) + "\n")
 
     def on_round(
         self, server_round: int, arrays: ArrayRecord, metrics: MetricRecord | None, **extra
@@ -195,12 +203,21 @@ class RunWriter:
             summary["resumed_after_round"] = self.resumed_after
         if by_type:
             summary["accuracy_by_type"] = by_type
+        summary["dropped_replies"] = self.dropped
+        summary["rounds_without_update"] = {
+            str(r): w for r, w in self.rounds_without_update.items()
+        }
         self.add_final_evaluation(cfg.num_server_rounds, evaluation_row(outcome, by_type))
         self.write_json("summary.json", summary)
         title = f"{cfg.method} on {dataset_label(cfg.dataset)}, Dir({cfg.dirichlet_alpha:g})"
         plot_rounds(self.run_dir, title)
         log_summary(summary, outcome)
         return summary
+
+    def training_problems(self, dropped: list[str], rounds_without_update: dict[int, str]) -> None:
+        """What `summary.json` reports of Phase 1: every reply dropped ("round r: node n:
+        why") and every round whose aggregate was not used, with why."""
+        self.dropped, self.rounds_without_update = list(dropped), dict(rounds_without_update)
 
     def add_final_evaluation(self, last_round: int, row: dict) -> None:
         """Phase 2's outcome joins the last round's line of `rounds.jsonl`, so the file holds
@@ -230,8 +247,23 @@ class RunWriter:
         """`rounds.jsonl` rewritten whole and renamed: a kill leaves the old file."""
         path = self.run_dir / "rounds.jsonl"
         tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.write_text("".join(strict_json(r) + "\n" for r in rows))
         os.replace(tmp, path)
+
+
+def strict_json(value: Any, **kwargs) -> str:
+    """JSON that every reader accepts: NaN and infinities written as null."""
+
+    def finite(v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: finite(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [finite(x) for x in v]
+        return v
+
+    return json.dumps(finite(value), allow_nan=False, **kwargs)
 
 
 def evaluation_row(outcome: PersonalizationResult, by_type: dict[str, dict] | None) -> dict:

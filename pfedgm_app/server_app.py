@@ -97,6 +97,7 @@ def experiment(
     arrays = rounds.run(arrays, done, evaluation.after_round(writer))
     writer.mark("trained")
     writer.save_weights(arrays)
+    writer.training_problems(strategy.dropped, rounds.failed)
 
     # Phase 2: personalized client adaptation and evaluation, on every evaluated client
     writer.finish(cfg, len(clients), *evaluation.run(arrays))
@@ -114,12 +115,13 @@ class Rounds:
     last: int  # num-server-rounds
     timeout: float  # round-timeout
     refresh: Callable[[Grid], None] | None = None  # min-nodes: take in SuperNodes that joined
+    failed: dict[int, str] = dataclasses.field(default_factory=dict)  # round -> why no update
 
     def run(self, arrays: ArrayRecord, done: int, after_round: AfterRound) -> ArrayRecord:
         """Rounds done+1..last from `arrays`; the global arrays after the last. Stops with
         the reasons when no round of this sitting could aggregate a reply (every client
         failed), rather than personalize a model no client trained."""
-        failed: dict[int, str] = {}
+        failed = self.failed
         for server_round in range(done + 1, self.last + 1):
             log(INFO, "")
             log(INFO, "[ROUND %d/%d]", server_round, self.last)
@@ -130,7 +132,8 @@ class Rounds:
             replies = list(self.grid.send_and_receive(messages, timeout=self.timeout))
             update, metrics = self.strategy.aggregate_train(server_round, replies)
             if update is None:
-                failed[server_round] = first_failure(replies, len(messages))
+                failed[server_round] = self.strategy.round_problem(server_round) or (
+                    first_failure(replies, len(messages)))  # fmt: skip
                 log(WARNING, "round %d: no update aggregated (%s)", server_round,
                     failed[server_round])  # fmt: skip
             else:
@@ -228,9 +231,18 @@ def resume(
     """The rounds done and the global arrays of the stopped run's last checkpoint; the
     strategy continues from the state saved with them."""
     done, arrays, state = checkpoint.load(writer.run_dir)
-    if sorted(arrays) != sorted(initial):
-        raise ConfigError("the checkpoint's arrays are another model's: same method and dataset?")
-    strategy.load_state(state)
+    path = writer.run_dir / checkpoint.CHECKPOINT
+    if sorted(arrays) != sorted(initial) or any(
+        (arrays[k].shape, arrays[k].dtype) != (a.shape, a.dtype) for k, a in initial.items()
+    ):
+        raise ConfigError(f"the arrays of {path} are another model's: same method and dataset?")
+    try:
+        strategy.load_state(state)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(
+            f"{path} holds no state of this method's strategy ({type(exc).__name__}: {exc}); "
+            "resume with the stopped run's method, or start a new run in another output-dir"
+        ) from exc
     writer.cut_rounds(done)
     if method.keeps_state and not cfg.client_state_dir:
         log(WARNING, "pFedGM app: %s keeps arrays on its clients and client-state-dir is "
@@ -265,7 +277,7 @@ def build_strategy(
     nodes join) bounds what each reply may claim: its weight, its test size. `settings` (the
     method's) add the strategy options they fix (`Settings.strategy_options`).
     """
-    return method.strategy(
+    strategy = method.strategy(
         fraction_train=cfg.fraction_train,
         fraction_evaluate=0.0,  # the paper evaluates once, after personalization
         min_train_nodes=1,
@@ -275,5 +287,11 @@ def build_strategy(
         train_nodes=train_nodes,
         seed=cfg.seed,
         reported=reported,
+        weight_ratio=cfg.weight_ratio,
+        clip_ratio=cfg.clip_ratio,
+        aggregation=cfg.aggregation,
+        trim_fraction=cfg.trim_fraction,
         **(settings.strategy_options() if settings is not None else {}),
     )
+    strategy.metric_keys |= set(method.metrics)
+    return strategy

@@ -44,6 +44,15 @@ NUM_CLASSES = "num-classes"  # the model's classes (the run's label set)
 IMAGE_SHAPE = "image-shape"  # [C, H, W] of the client's images: the server builds the model
 DATA_SECONDS = "seconds-data"  # seconds the message's ClientApp took to have its data ready
 
+# Train-reply metrics the server takes from every method's clients (besides NUM_EXAMPLES);
+# others are ignored unless a method's strategy names them (`metric_keys`)
+TRAIN_METRICS = ("loss", "sample-passes", DATA_SECONDS, "seconds-model", "seconds-compute")
+# pFedGM's: Phase 1's diagnostics (`pfedgm_app.diagnostics`) and its prototype pass's seconds
+PFEDGM_METRICS = ("loss-shared", "loss-personalized", "saturated-fraction", "grad-norm-shared",
+                  "grad-norm-personalized", "grad-share-personalized", "z-norm", "mu-norm",
+                  "within-class-variance", "saturated-fraction-start", "covariance-norm",
+                  "seconds-prototypes")  # fmt: skip
+
 # FedPAC's extras: client -> server statistics, server -> client global prototypes
 PROTOS = "protos"  # (K, d) class means
 CLASS_COUNTS = "class-counts"  # (K,)

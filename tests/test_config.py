@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pytest
 
 from pfedgm_app.config import ConfigError, RunConfig, Settings, above, at_least
-from pfedgm_app.data import load_pool, resolve_dataset
-from pfedgm_app.methods import METHODS, parse_run_config, run_config_keys
+from pfedgm_app.data import load_pool, min_partition_size, resolve_dataset
+from pfedgm_app.methods import METHODS, parse_run_config, run_config_keys, settings_groups
 from pfedgm_app.presets import PRESETS
 from tests.conftest import SHARED_DATA
 
@@ -68,8 +69,8 @@ def test_a_method_registered_once_is_known_everywhere():
         ({"method": "fedfoo"}, "unknown method"),
         ({"dirichlet-alpha": 0.0}, "dirichlet-alpha must be > 0"),
         ({"dirichlet-alpha": -1.0}, "dirichlet-alpha must be > 0"),
-        ({"fraction-train": 0.0}, "fraction-train (q) must lie in (0, 1]"),
-        ({"fraction-train": 1.5}, "fraction-train (q) must lie in (0, 1]"),
+        ({"fraction-train": 0.0}, "fraction-train must be > 0"),
+        ({"fraction-train": 1.5}, "fraction-train must be <= 1"),
         ({"num-server-rounds": 0}, "num-server-rounds=0 trains nothing: give initial-model"),
         ({"num-server-rounds": -1}, "num-server-rounds must be >= 0"),
         ({"local-epochs": 0}, "local-epochs must be >= 1"),
@@ -84,7 +85,7 @@ def test_a_method_registered_once_is_known_everywhere():
         ({"pfedfda-cv-folds": 1}, "pfedfda-cv-folds must be >= 2"),
         ({"fedrep-head-epochs": 0}, "fedrep-head-epochs must be >= 1"),
         ({"finetune-part": "body"}, "finetune-part must be 'model' or 'head'"),
-        ({"lgfedavg-warmup-fraction": 1.0}, "lgfedavg-warmup-fraction must lie in [0, 1)"),
+        ({"lgfedavg-warmup-fraction": 1.0}, "lgfedavg-warmup-fraction must be < 1"),
         ({"pfedme-local-batches": -1}, "pfedme-local-batches must be >= 0"),
         ({"batch-size": 2.5}, "batch-size must be int"),
         ({"device": "tpu"}, "device must be"),
@@ -96,7 +97,7 @@ def test_a_method_registered_once_is_known_everywhere():
         ({"adaptation": "lbfgs"}, "adaptation must be one of"),
         ({"decoupling": "gm+d"}, "decoupling must be one of"),
         ({"personalized-objective": "no"}, "personalized-objective must be true or false"),
-        ({"validation-fraction": 1.0}, "validation-fraction must lie in [0, 1)"),
+        ({"validation-fraction": 1.0}, "validation-fraction must be <= 0.9"),
         ({"validation-fraction": -0.1}, "validation-fraction must be >= 0"),
         ({"prototype-step": "fast"}, "prototype-step must be one of"),
         ({"objective-scale": "total"}, "objective-scale must be one of"),
@@ -111,6 +112,107 @@ def test_bad_values_raise_clear_errors(override, message):
     with pytest.raises(ConfigError, match=None) as err:
         parse_run_config(override)
     assert message in str(err.value)
+
+
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"num-server-rounds": 10**12}, "num-server-rounds must be <= 100000, got 1000000000000"),
+        ({"local-epochs": 10**9}, "local-epochs must be <= 10000"),
+        ({"batch-size": 10**12}, "batch-size must be <= 1000000"),
+        ({"momentum": 50}, "momentum must be < 1, got 50.0"),
+        ({"momentum": 1.0}, "momentum must be < 1"),
+        ({"weight-decay": INF}, "weight-decay must be a finite number, got inf"),
+        ({"weight-decay": 2.0}, "weight-decay must be <= 1"),
+        ({"learning-rate": 1e308}, "learning-rate must be <= 100"),
+        ({"learning-rate": NAN}, "learning-rate must be a finite number, got nan"),
+        ({"seed": 1e30}, "seed must be <= 4294967295"),
+        ({"seed": 2**32}, "seed must be <= 4294967295"),
+        ({"seed": -1}, "seed must be >= 0"),
+        ({"test-fraction": 0.999999999}, "test-fraction must be <= 0.9"),
+        ({"test-fraction": 0.0}, "test-fraction must be > 0"),
+        ({"validation-fraction": 0.95}, "validation-fraction must be <= 0.9"),
+        ({"round-timeout": -1}, "round-timeout must be > 0, got -1.0"),
+        ({"round-timeout": INF}, "round-timeout must be a finite number"),
+        ({"node-wait-timeout": -5}, "node-wait-timeout must be > 0"),
+        ({"node-wait-timeout": INF}, "node-wait-timeout must be a finite number"),
+        ({"node-wait-timeout": 1e9}, "node-wait-timeout must be <= 10000000.0"),
+        ({"dirichlet-alpha": INF}, "dirichlet-alpha must be a finite number"),
+        ({"dirichlet-alpha": 1e7}, "dirichlet-alpha must be <= 1000000.0"),
+        ({"min-train-samples": 10**8}, "min-train-samples must be <= 10000000"),
+        ({"pool-size": 10**10}, "pool-size must be <= 1000000000"),
+        ({"eval-every": 10**6}, "eval-every must be <= 100000"),
+        ({"client-threads": 10**5}, "client-threads must be <= 4096"),
+        ({"messages-in-flight": 10**7}, "messages-in-flight must be <= 1000000"),
+        ({"min-nodes": 10**7}, "min-nodes must be <= 1000000"),
+        # the methods' keys, checked whichever method runs
+        ({"lambda": 1e9}, "lambda must be <= 10000.0"),
+        ({"lambda": NAN}, "lambda must be a finite number"),
+        ({"personal-epochs": 10**6}, "personal-epochs must be <= 10000"),
+        ({"personal-learning-rate": 1e3}, "personal-learning-rate must be <= 100"),
+        ({"lbfgs-learning-rate": INF}, "lbfgs-learning-rate must be a finite number"),
+        ({"lbfgs-max-iter": 10**6}, "lbfgs-max-iter must be <= 10000"),
+        ({"lbfgs-cycles": 10**6}, "lbfgs-cycles must be <= 10000"),
+        ({"navigator-lr-scale": 1e6}, "navigator-lr-scale must be <= 1000.0"),
+        ({"ditto-mu": INF}, "ditto-mu must be a finite number"),
+        ({"fedpac-lambda": 1e5}, "fedpac-lambda must be <= 10000.0"),
+        ({"fedpac-head-epochs": 10**5}, "fedpac-head-epochs must be <= 10000"),
+        ({"fedpac-head-learning-rate": 1e3}, "fedpac-head-learning-rate must be <= 100"),
+        ({"fedrep-head-epochs": 10**5}, "fedrep-head-epochs must be <= 10000"),
+        ({"fedrep-refit-epochs": 10**5}, "fedrep-refit-epochs must be <= 10000"),
+        ({"finetune-epochs": 10**5}, "finetune-epochs must be <= 10000"),
+        ({"pfedme-lambda": NAN}, "pfedme-lambda must be a finite number"),
+        ({"pfedme-inner-steps": 10**5}, "pfedme-inner-steps must be <= 10000"),
+        ({"pfedme-personal-learning-rate": 101.0}, "pfedme-personal-learning-rate must be <= 100"),
+        ({"pfedme-tolerance": INF}, "pfedme-tolerance must be a finite number"),
+        ({"pfedme-local-batches": 10**7}, "pfedme-local-batches must be <= 1000000"),
+        ({"pfedfda-cv-folds": 101}, "pfedfda-cv-folds must be <= 100"),
+        ({"lgfedavg-warmup-fraction": NAN}, "lgfedavg-warmup-fraction must be a finite number"),
+    ],
+)
+def test_every_key_has_an_upper_bound_and_a_finite_value(override, message):
+    """A value that would overflow, stall or never end is refused at parse time (before any
+    data is loaded), in one line that names the key."""
+    with pytest.raises(ConfigError) as err:
+        parse_run_config(override)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_every_numeric_key_declares_both_bounds_and_each_bound_is_accepted():
+    """No number without a lower and an upper bound; the values on an inclusive bound parse."""
+    on_bounds = {}
+    for group in settings_groups():
+        for f in fields(group):
+            if type(f.default) in (int, float):
+                key = group.key(f.name)
+                assert {"min", "gt"} & set(f.metadata), f"{key} has no lower bound"
+                assert {"max", "lt"} & set(f.metadata), f"{key} has no upper bound"
+                if "max" in f.metadata:
+                    on_bounds[key] = f.metadata["max"]
+                elif "min" in f.metadata:
+                    on_bounds[key] = f.metadata["min"]
+    assert on_bounds["seed"] == 2**32 - 1 and on_bounds["test-fraction"] == 0.9
+    parse_run_config(on_bounds)
+
+
+def test_a_client_size_for_any_test_fraction_is_computed_not_searched():
+    """`min_partition_size` equals the search it replaces (the smallest n whose train split
+    keeps min-train-samples), and answers at once at the largest bounds."""
+
+    def searched(m: int, f: float) -> int:
+        n = m
+        while n - math.ceil(f * n) < m:
+            n += 1
+        return n
+
+    for m in (1, 2, 7, 50, 63, 101, 999):
+        for f in (1e-9, 0.1, 0.2, 0.25, 1 / 3, 0.5, 0.7, 0.9):
+            assert min_partition_size(m, f) == searched(m, f), (m, f)
+    n = min_partition_size(10**7, 0.9)
+    assert n - math.ceil(0.9 * n) >= 10**7 > n - 1 - math.ceil(0.9 * (n - 1))
 
 
 def test_unknown_dataset_and_missing_path():

@@ -4,7 +4,9 @@ logs each round once, and ends with the arrays of a run that was never stopped."
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
+import re
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -13,11 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from flwr.app import Array, ArrayRecord
 
 from devtools.inprocess import RunStopped, run_inprocess
+from pfedgm_app import checkpoint
 from pfedgm_app.checkpoint import FolderLock
-from pfedgm_app.config import ConfigError
+from pfedgm_app.config import ConfigError, RunConfig
+from pfedgm_app.methods import METHODS
+from pfedgm_app.methods.pfedgm import PFedGMSettings
 from pfedgm_app.paper.flwr_cli import run_app
+from pfedgm_app.results import RunWriter
 from pfedgm_app.strategies import FedPAC
 
 RUN = {"num-server-rounds": 4, "local-epochs": 1, "pool-size": 1500, "fraction-train": 0.5,
@@ -192,3 +199,157 @@ def test_fedpac_state_follows_clients_by_rank_to_their_new_node_ids():
     assert after.heads[7]["head.weight"].tolist() == [0, 0]  # partition 1
     assert np.array_equal(after.global_protos, np.eye(2))
     assert after.rng.random() == before.rng.random()
+
+
+def _same(a, b) -> bool:
+    """Equal to the last bit, of the same types and dtypes, through dicts, lists and tuples."""
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def test_every_strategys_state_round_trips_through_a_checkpoint_exactly(tmp_path):
+    """Each method's strategy state (the sampling RNG; FedPAC's prototypes, counts and heads,
+    of their own dtypes) comes back from `checkpoint.pt` as it went in, and a strategy loaded
+    from it samples on as the saved one does."""
+    ranks = {11: 0, 22: 1}
+    for cls in {m.strategy for m in METHODS.values()}:
+        saved = cls(node_ranks=ranks, seed=3)
+        saved.rng.random()
+        if isinstance(saved, FedPAC):
+            saved.global_protos = np.arange(6, dtype=np.float32).reshape(2, 3)
+            saved.protos_count = np.array([3, 0], dtype=np.int64)
+            saved.heads = {11: {"head.weight": np.full((2, 3), 0.1, np.float32),
+                                "head.bias": np.array([1.5, -2.0], np.float64)}}  # fmt: skip
+        arrays = ArrayRecord({"w": Array(np.linspace(0, 1, 5, dtype=np.float32))})
+        checkpoint.save(tmp_path, 7, arrays, saved.state())
+        done, loaded_arrays, state = checkpoint.load(tmp_path)
+        assert done == 7 and _same(state, saved.state()), cls.__name__
+        assert np.array_equal(loaded_arrays["w"].numpy(), arrays["w"].numpy())
+        resumed = cls(node_ranks=ranks, seed=99)
+        resumed.load_state(state)
+        assert _same(resumed.state(), saved.state()), cls.__name__
+        assert [resumed.rng.random() for _ in range(3)] == [saved.rng.random() for _ in range(3)]
+
+
+class _Planted:
+    """What a checkpoint from elsewhere might hold: unpickling it creates `marker`."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def _stopped(folder: Path, clients: int = 4, settings=None, **keys) -> RunConfig:
+    """A pFedGM run of 2 rounds of 5, stopped: its config.json and checkpoint, as a run leaves
+    them; the run-config that resumes it."""
+    cfg = RunConfig(output_dir=str(folder), num_server_rounds=5, **keys)
+    settings = settings or PFedGMSettings()
+    writer = RunWriter.create(cfg, settings)
+    writer.write_config(cfg, settings, clients)
+    checkpoint.save(folder, 2, ArrayRecord({"w": Array(np.zeros(1))}), {})
+    writer.close()
+    return dataclasses.replace(cfg, resume=True)
+
+
+@pytest.mark.parametrize("where", ["payload", "strategy state"])
+def test_a_checkpoint_holding_an_object_is_refused_and_nothing_in_it_runs(tmp_path, where):
+    resumed = _stopped(tmp_path / "run")
+    marker = tmp_path / "ran"
+    planted = _Planted(marker)
+    payload = {"round": 2, "arrays": {"w": torch.zeros(1)}, "strategy": {"rng": planted}}
+    torch.save(planted if where == "payload" else payload, tmp_path / "run" / "checkpoint.pt")
+    path = str(tmp_path / "run" / "checkpoint.pt")
+    with pytest.raises(ConfigError) as err:
+        checkpoint.load(tmp_path / "run")
+    assert path in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=re.escape(path)):
+        RunWriter.create(resumed, PFedGMSettings())  # resume=true reads it first
+    assert not marker.exists()
+
+
+def test_a_checkpoint_of_another_shape_is_refused_naming_the_file(tmp_path):
+    (tmp_path / "checkpoint.pt").write_text("not a checkpoint")
+    with pytest.raises(ConfigError, match=re.escape(str(tmp_path / "checkpoint.pt"))):
+        checkpoint.load(tmp_path)
+    for payload in ({"round": "2", "arrays": {}, "strategy": {}}, [1, 2],
+                    {"round": -1, "arrays": {}, "strategy": {}},
+                    {"round": 2, "arrays": {"w": [0.0]}, "strategy": {}}):  # fmt: skip
+        torch.save(payload, tmp_path / "checkpoint.pt")
+        with pytest.raises(ConfigError, match="is not a checkpoint of this app"):
+            checkpoint.load(tmp_path)
+
+
+def test_a_strategy_state_beyond_arrays_and_plain_values_is_refused_when_saved(tmp_path):
+    """A state `weights_only` could not read back fails the round that saves it, not the
+    resume: a numpy scalar (a float subclass) or an object."""
+    arrays = ArrayRecord({"w": Array(np.zeros(1))})
+    for state in ({"x": np.float32(1.0)}, {"x": object()}, {np.int64(3): 1}):
+        with pytest.raises(TypeError, match="a checkpoint"):
+            checkpoint.save(tmp_path, 1, arrays, state)
+
+
+def test_resume_refuses_another_number_of_clients_and_keeps_the_stopped_runs_record(tmp_path):
+    resumed = _stopped(tmp_path, clients=4)
+    recorded = (tmp_path / "config.json").read_text()
+    writer = RunWriter.create(resumed, PFedGMSettings())
+    with pytest.raises(ConfigError) as err:
+        writer.write_config(resumed, PFedGMSettings(), 3)
+    assert "with 3 clients (SuperNodes)" in str(err.value) and "had 4" in str(err.value)
+    assert (tmp_path / "config.json").read_text() == recorded
+    writer.write_config(resumed, PFedGMSettings(), 4)  # the same clients: resumes
+    writer.close()
+
+
+def test_resume_takes_any_number_of_devices_that_come_and_go(tmp_path):
+    resumed = _stopped(tmp_path, clients=4, min_nodes=2)
+    writer = RunWriter.create(resumed, PFedGMSettings())
+    writer.write_config(resumed, PFedGMSettings(), 3)
+    writer.close()
+    assert json.loads((tmp_path / "config.json").read_text())["num-clients"] == 3
+
+
+@pytest.mark.parametrize(
+    ("common", "method", "named"),
+    [
+        ({"test-fraction": 0.3}, {}, "test-fraction: 0.2 -> 0.3"),
+        ({"learning-rate": 0.1}, {}, "learning-rate: 0.01 -> 0.1"),
+        ({"client-state-dir": "/elsewhere"}, {}, "client-state-dir: '' -> '/elsewhere'"),
+        ({}, {"lambda_": 0.5}, "lambda: 1.0 -> 0.5"),
+        ({}, {"adaptation": "none"}, "adaptation: 'finetune-lbfgs' -> 'none'"),
+    ],
+)
+def test_resume_refuses_any_other_key_naming_it_and_both_values(tmp_path, common, method, named):
+    resumed = _stopped(tmp_path)
+    fields = {f.name: v for k, v in common.items() for f in dataclasses.fields(RunConfig)
+              if RunConfig.key(f.name) == k}  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        RunWriter.create(dataclasses.replace(resumed, **fields), PFedGMSettings(**method))
+    assert named in str(err.value) and "\n" not in str(err.value)
+
+
+def test_resume_refuses_a_checkpoint_of_another_model_or_strategy_naming_it(tmp_path):
+    from pfedgm_app.server_app import resume
+
+    method, cfg = METHODS["fedpac"], RunConfig(output_dir=str(tmp_path), resume=True)
+    initial = ArrayRecord({"w": Array(np.zeros((2, 3), np.float32))})
+    strategy, writer, path = FedPAC(seed=3), RunWriter(tmp_path), str(tmp_path / "checkpoint.pt")
+    for arrays in (
+        {"w": np.zeros((3, 2), np.float32)},
+        {"w": np.zeros((2, 3))},
+        {"v": np.zeros(1)},
+    ):
+        checkpoint.save(tmp_path, 2, ArrayRecord({k: Array(v) for k, v in arrays.items()}), {})
+        with pytest.raises(ConfigError, match=f"the arrays of {re.escape(path)} are another"):
+            resume(cfg, writer, strategy, method, initial)
+    checkpoint.save(tmp_path, 2, initial, {"rng": FedPAC(seed=3).rng.getstate()})  # no heads
+    with pytest.raises(ConfigError, match=f"{re.escape(path)} holds no state of this method"):
+        resume(cfg, writer, strategy, method, initial)

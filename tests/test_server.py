@@ -40,6 +40,8 @@ class FakeGrid:
             pid, num = self.partitions[node]
             metrics = {"partition-id": pid, "num-partitions": num, "num-examples": 50,
                        "num-test": 10 + pid, "accuracy": 0.5 + 0.1 * pid}  # fmt: skip
+            if msg.metadata.message_type == "query":  # what the model is built from
+                metrics |= {"num-classes": 10, "image-shape": [3, 32, 32]}
             replies.append(Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg))
         return replies
 
@@ -259,4 +261,5 @@ def test_when_no_round_aggregates_the_run_stops_naming_the_rounds_not_personaliz
         RuntimeError, match=r"rounds 1-2\); the first: node \d: ValueError: no data"
     ):
         rounds.run(ArrayRecord({"w": Array(np.zeros(1))}), 0, lambda r, a, m: seen.append(m))
-    assert seen == [None, None]  # each round still reached the outputs and checkpoint
+    # each round still reached the outputs and checkpoint, with the replies it dropped
+    assert [dict(m) for m in seen] == [{"replies-dropped": 2}] * 2

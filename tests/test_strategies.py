@@ -97,7 +97,7 @@ def test_a_reply_that_breaks_the_contract_is_dropped_naming_the_node(caplog, cas
         arrays, metrics = _aggregate(strategy, current, [good, _raw(7, HOSTILE[case])])
         np.testing.assert_array_equal(arrays["w"].numpy(), [2.0, 2.0])
         assert metrics["num-clients"] == 1
-        assert _aggregate(strategy, current, [_raw(7, HOSTILE[case])]) == (None, None)
+        assert _aggregate(strategy, current, [_raw(7, HOSTILE[case])])[0] is None
     assert any("node 7" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
 
 
@@ -108,11 +108,23 @@ def test_keys_kept_local_and_metrics_that_differ_are_merged_as_documented():
     current = _arrays(w=[0.0], head=[5.0])
     full = _raw(1, _content(_arrays(w=[1.0], head=[3.0]), {"num-examples": 10, "loss": 2.0}))
     body = _raw(2, _content(_arrays(w=[4.0]), {"num-examples": 30, "loss": 1.0, "extra": 7.0}))
-    arrays, metrics = _aggregate(PersonalizedFedAvg(), current, [full, body])
+    strategy = PersonalizedFedAvg(metric_keys=("loss", "extra"))
+    arrays, metrics = _aggregate(strategy, current, [full, body])
     np.testing.assert_allclose(arrays["w"].numpy(), [3.25])
     np.testing.assert_allclose(arrays["head"].numpy(), [3.0])
     assert metrics["loss"] == pytest.approx(1.25) and metrics["extra"] == pytest.approx(7.0)
     assert metrics["num-examples-total"] == 40
+
+
+def test_only_the_methods_metrics_enter_the_servers_records():
+    """A metric the strategy does not name is ignored, whatever its name: a client cannot
+    set the round, the accuracy or anything else the server writes."""
+    current = _arrays(w=[0.0, 0.0])
+    claims = {"num-examples": 10, "loss": 2.0, "round": 99.0, "personalized-accuracy": 0.0,
+              "num-clients": 1e6, "seconds-elapsed": -1.0}  # fmt: skip
+    _, metrics = _aggregate(PersonalizedFedAvg(), current, [_raw(1, _content(metrics=claims))])
+    assert metrics["loss"] == 2.0 and metrics["num-clients"] == 1
+    assert not {"round", "personalized-accuracy", "seconds-elapsed"} & set(metrics)
 
 
 def test_the_weighted_mean_is_flowers_fedavg_to_the_last_bit():
@@ -135,7 +147,7 @@ def test_pfedgm_never_publishes_a_non_positive_precision():
     arrays, _ = _aggregate(strategy, current, [_reply(1, good, 1), _reply(2, zero, 1)])
     np.testing.assert_array_equal(arrays["head.A"].numpy(), [2.0, 2.0])
     tiny = _arrays(**{"head.A": [1.4e-45, 1.0]})  # float32's least positive value
-    assert _aggregate(strategy, current, [_reply(1, tiny, 1), _reply(2, tiny, 1)]) == (None, None)
+    assert _aggregate(strategy, current, [_reply(1, tiny, 1), _reply(2, tiny, 1)])[0] is None
 
 
 def test_failed_replies_are_skipped_and_a_round_without_updates_aggregates_nothing():
@@ -147,7 +159,7 @@ def test_failed_replies_are_skipped_and_a_round_without_updates_aggregates_nothi
     arrays, metrics = _aggregate(strategy, current, [_reply(1, _arrays(w=[4.0]), 10), failed])
     np.testing.assert_allclose(arrays["w"].numpy(), [4.0])
     assert metrics["num-clients"] == 1 and metrics["num-examples-total"] == 10
-    assert _aggregate(strategy, current, [failed]) == (None, None)  # the loop keeps `current`
+    assert _aggregate(strategy, current, [failed])[0] is None  # the loop keeps `current`
 
 
 def test_pfedgm_drops_non_positive_covariance():

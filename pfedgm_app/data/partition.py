@@ -17,9 +17,18 @@ if TYPE_CHECKING:
 
 
 def min_partition_size(min_train: int, test_fraction: float) -> int:
-    """Smallest client size whose train split (after `split_train_test`) has `min_train`."""
-    n = min_train
-    while n - math.ceil(test_fraction * n) < min_train:
+    """Smallest client size whose train split (after `split_train_test`) has `min_train`.
+
+    Computed, then corrected by a step or two for the rounding of `split_train_test`'s own
+    arithmetic: a search from `min_train` up would take hours for a test-fraction near 1."""
+
+    def fits(n: int) -> bool:
+        return n - math.ceil(test_fraction * n) >= min_train
+
+    n = max(min_train, math.ceil(min_train / (1 - test_fraction)))
+    while n > min_train and fits(n - 1):
+        n -= 1
+    while not fits(n):
         n += 1
     return n
 

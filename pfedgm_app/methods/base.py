@@ -99,7 +99,7 @@ class ClientState:
             os.replace(tmp, self.path)  # a kill leaves the previous file whole
 
     def _saves(self) -> list[tuple[int, dict[str, dict[str, torch.Tensor]]]]:
-        return torch.load(self.path) if self.path.exists() else []
+        return torch.load(self.path, weights_only=True) if self.path.exists() else []
 
 
 @dataclass
@@ -193,6 +193,7 @@ class Method:
     summary: str
     strategy: type[PersonalizedFedAvg] = PersonalizedFedAvg
     settings: type[Settings] = NoSettings
+    metrics: tuple[str, ...] = ()  # train metrics its clients report beyond the strategy's
 
     @property
     def sends(self) -> tuple[str, ...]:

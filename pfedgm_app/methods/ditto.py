@@ -24,7 +24,8 @@ PERSONAL = "ditto-personal"  # ClientState name of the personal model (never sen
 @dataclass(frozen=True)
 class DittoSettings(Settings):
     prefix = "ditto"
-    mu: float = at_least(0, 1.0)  # proximal weight, 1.0 as tuned in the paper
+    mu: float = at_least(0, 1.0, at_most=1e4)  # proximal weight, 1.0 as tuned in the paper;
+    # at 10^4 v is w already
 
 
 class DittoClient(ClientPlugin):

@@ -21,7 +21,7 @@ class FineTune(Settings):
     """Local fine-tuning at the end (FedAvgFT, FedBABU): `finetune-epochs` of the whole model
     (`finetune-part=model`) or of the head alone (`head`, the body frozen)."""
 
-    finetune_epochs: int = at_least(0, 5)
+    finetune_epochs: int = at_least(0, 5, at_most=10_000)  # 10^4 epochs is a typo
     finetune_part: str = "model"
 
     def validate(self, run: RunConfig) -> None:

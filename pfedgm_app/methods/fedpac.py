@@ -51,9 +51,9 @@ def feature_statistics(
 @dataclass(frozen=True)
 class FedPACSettings(Settings):
     prefix = "fedpac"
-    lambda_: float = at_least(0, 1.0)  # weight of the feature alignment (the paper's tuning)
-    head_epochs: int = at_least(1, 1)
-    head_learning_rate: float = above(0, 0.1)
+    lambda_: float = at_least(0, 1.0, at_most=1e4)  # feature alignment's weight (the paper: 1)
+    head_epochs: int = at_least(1, 1, at_most=10_000)  # 10^4 epochs is a typo
+    head_learning_rate: float = above(0, 0.1, at_most=100)  # SGD diverges long before 100
 
 
 class FedPACClient(ClientPlugin):

@@ -156,7 +156,8 @@ def _mix(beta, mu, cov, global_mu, global_cov):
 @dataclass(frozen=True)
 class PFedFDASettings(Settings):
     prefix = "pfedfda"
-    cv_folds: int = at_least(2, 2)  # folds of the cross-validation that picks the betas
+    cv_folds: int = at_least(2, 2, at_most=100)  # of the cross-validation picking the betas;
+    # each fold costs an L-BFGS fit (the authors: 2)
 
 
 class PFedFDAClient(ClientPlugin):

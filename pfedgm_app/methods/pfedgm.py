@@ -38,12 +38,14 @@ class PFedGMSettings(Settings):
     `bias-average` (the server's, `strategies.pfedgm`), `rc-input` (`phases.RC_INPUTS`).
     """
 
-    lambda_: float = at_least(0, 1.0)
-    personal_epochs: int = at_least(0, 5)
-    personal_learning_rate: float = above(0, 0.05)
-    lbfgs_learning_rate: float = above(0, 0.05)
-    lbfgs_max_iter: int = at_least(1, 10)
-    lbfgs_cycles: int = at_least(0, 5)
+    # upper bounds: far beyond the paper's values (lambda 1, epochs 5, rates 0.05, L-BFGS 10 x 5)
+    # and what converges (SGD diverges long before a rate of 100), short of a run without end
+    lambda_: float = at_least(0, 1.0, at_most=1e4)
+    personal_epochs: int = at_least(0, 5, at_most=10_000)
+    personal_learning_rate: float = above(0, 0.05, at_most=100)
+    lbfgs_learning_rate: float = above(0, 0.05, at_most=100)
+    lbfgs_max_iter: int = at_least(1, 10, at_most=10_000)
+    lbfgs_cycles: int = at_least(0, 5, at_most=10_000)
     navigator_init: str = "standard"
     adaptation: str = "finetune-lbfgs"
     personalized_objective: bool = True
@@ -51,7 +53,7 @@ class PFedGMSettings(Settings):
     # Phase 1's open readings (RESULTS.md, "Phase 1's open readings"), each the first reading
     prototype_step: str = "epoch"
     objective_scale: str = "mean"
-    navigator_lr_scale: float = above(0, 1.0)
+    navigator_lr_scale: float = above(0, 1.0, at_most=1e3)  # of a rate of at most 100 already
     head_weight_decay: str = "mu,b"
     covariance_average: str = "precision"
     bias_average: str = "arithmetic"

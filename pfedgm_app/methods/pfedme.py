@@ -43,11 +43,13 @@ PERSONAL = "pfedme-personal"  # ClientState name of theta (never sent)
 @dataclass(frozen=True)
 class PFedMeSettings(Settings):
     prefix = "pfedme"
-    lambda_: float = at_least(0, 5.0)  # Moreau weight, as tuned in the paper
-    inner_steps: int = at_least(1, 5)  # K
-    personal_learning_rate: float = above(0, 0.01)
-    tolerance: float = at_least(0, 0.0)  # ||grad h|| at which the inner solve stops early
-    local_batches: int = at_least(0, 0)  # R mini-batches per round; 0: `local-epochs` epochs
+    lambda_: float = at_least(0, 5.0, at_most=1e4)  # Moreau weight, as tuned in the paper
+    inner_steps: int = at_least(1, 5, at_most=10_000)  # K; the paper: 5
+    personal_learning_rate: float = above(0, 0.01, at_most=100)  # diverges long before 100
+    # ||grad h|| at which the inner solve stops early (0: never); beyond 10^6 a typo
+    tolerance: float = at_least(0, 0.0, at_most=1e6)
+    # R mini-batches per round; 0: `local-epochs` epochs; 10^6 batches is a typo
+    local_batches: int = at_least(0, 0, at_most=10**6)
 
 
 def moreau_step_(
@@ -169,4 +171,5 @@ PFEDME = Method(
     "(0.01), stopping at `pfedme-tolerance`), then w ← w − lr·`pfedme-lambda` (5.0)·(w − theta); "
     "theta stays on the client and is what is evaluated (w_i too, as the authors' code does)",
     settings=PFedMeSettings,
+    metrics=("pfedme-inner-grad-norm",),
 )

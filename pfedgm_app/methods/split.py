@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import ConfigError, RunConfig, Settings, at_least
+from ..config import Settings, at_least
 from ..models import Model
 from ..training import frozen, supervised_step
 from .base import ClientPlugin, ClientTask, Method, Personalized, Reply, accuracy_on_test
@@ -26,13 +26,8 @@ class FedPerClient(ClientPlugin):
 @dataclass(frozen=True)
 class LGFedAvgSettings(Settings):
     prefix = "lgfedavg"
-    warmup_fraction: float = 0.5  # of num-server-rounds run as FedAvg before the split
-
-    def validate(self, run: RunConfig) -> None:
-        if not 0 <= self.warmup_fraction < 1:
-            raise ConfigError(
-                f"lgfedavg-warmup-fraction must lie in [0, 1), got {self.warmup_fraction}"
-            )
+    # of num-server-rounds run as FedAvg before the split; below 1, so that the split happens
+    warmup_fraction: float = at_least(0, 0.5, below=1)
 
     def warm(self, task: ClientTask) -> bool:
         """Whether this round is one of the FedAvg rounds before the split."""
@@ -92,8 +87,8 @@ class FedRepSettings(Settings):
     epochs, each round; `fedrep-refit-epochs` head epochs on the final body at the end."""
 
     prefix = "fedrep"
-    head_epochs: int = at_least(1, 1)  # PFLlib's plocal_epochs (the paper's FedRep cost)
-    refit_epochs: int = at_least(0, 10)  # the authors' max(10, local_ep - local_rep_ep)
+    head_epochs: int = at_least(1, 1, at_most=10_000)  # PFLlib's plocal_epochs (the paper's)
+    refit_epochs: int = at_least(0, 10, at_most=10_000)  # the authors' max(10, local_ep - rep_ep)
 
 
 class FedRepClient(ClientPlugin):

@@ -40,18 +40,24 @@ def collect(
     timeout: float,
     message_type: str,
     reported: Mapping[int, Mapping[str, float]] | None = None,
+    caps: Mapping[int, float] | None = None,
 ) -> PersonalizationResult:
     """The result of the personalize replies to `asked` messages: a row per client whose
     metrics fit the contract (`contract.personalize_row_problem`; its test size bounded by
-    what it `reported` at query), a failure, logged with its node, per other reply or
-    missing answer. Raises when no client answered at all (the ClientApps lack the handler)."""
-    rows, failures, answered = [], [], 0
+    what it `reported` at query, and counted at most `caps[node]`, the server's bound), a
+    failure, logged with its node, per other reply, second reply of a node, or missing
+    answer. Raises when no client answered at all (the ClientApps lack the handler)."""
+    rows, failures, answered, seen = [], [], 0, set()
     for reply in replies:
         node = reply.metadata.src_node_id
         if reply.has_error():
             failures.append(f"node {node}: " + " ".join(str(reply.error.reason).split())[:300])
             continue
         answered += 1
+        if node in seen:
+            failures.append(f"node {node}: a second reply")
+            continue
+        seen.add(node)
         records = list(reply.content.metric_records.values())
         metrics = dict(records[0]) if len(records) == 1 else {}
         bound = (reported or {}).get(node, {}).get(wire.NUM_TEST)
@@ -59,7 +65,9 @@ def collect(
         if problem := problem or personalize_row_problem(metrics, bound):
             failures.append(f"node {node}: {problem}")
             continue
-        rows.append({"node-id": node, **metrics})
+        if caps and node in caps:
+            metrics[wire.NUM_TEST] = min(metrics[wire.NUM_TEST], caps[node])
+        rows.append({**metrics, "node-id": node})
     for failure in failures:
         log(WARNING, "personalize failed on %s", failure)
     if missing := asked - len(rows) - len(failures):

@@ -27,9 +27,16 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
 from .. import wire
-from .contract import arrays_problem, train_reply_problem
+from .contract import MAX_SAMPLES, arrays_problem, record_bytes, train_reply_problem
 from .personalize import PersonalizationResult, collect
+from .robust import AGGREGATIONS, clip_updates, combine, weighted_mean
 from .sampling import sample_nodes, wait_for_nodes
+
+MAX_DROPPED_RECORDED = 1000  # entries of `dropped` kept for the summary
+
+
+def model_bytes(arrays: ArrayRecord) -> int:
+    return sum(len(a.data) for a in arrays.values())
 
 
 class PersonalizedFedAvg(FedAvg):
@@ -56,6 +63,11 @@ class PersonalizedFedAvg(FedAvg):
       adds `extras_for(node_id)` (global statistics, a client's own head) to each message.
       Both hooks do nothing here; FedPAC and pFedFDA override them.
     - `state()` / `load_state(state)`: what a checkpoint needs to continue the rounds.
+    - What the server knows bounds what a client claims (docs/robustness.md): one reply per
+      sampled node and round; a weight at most `weight_ratio` times the median of the
+      reported sizes (`weight_bound`); the metrics of `metric_keys` only; replies at most
+      twice the model's bytes; updates norm-clipped at `clip_ratio` times the round's median
+      and combined by `aggregation` (`robust`). `dropped` lists every reply dropped.
 
     Run it with Flower's `start`, or call `configure_train` / `aggregate_train` with the true
     round numbers from a loop of your own (the app's ServerApp does, to checkpoint and
@@ -72,10 +84,24 @@ class PersonalizedFedAvg(FedAvg):
         seed: int = 0,
         node_wait_timeout: float | None = None,
         reported: Mapping[int, Mapping[str, float]] | None = None,
+        weight_ratio: float = 20.0,
+        metric_keys: Collection[str] | None = None,
+        clip_ratio: float = 10.0,
+        aggregation: str = "mean",
+        trim_fraction: float = 0.2,
         **fedavg_kwargs,
     ) -> None:
         super().__init__(**fedavg_kwargs)
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
         self.reported = reported  # node id -> its query metrics: the bounds of its weights
+        self.weight_ratio = weight_ratio
+        self.metric_keys = frozenset(self.default_metric_keys if metric_keys is None
+                                     else metric_keys)  # fmt: skip
+        self.clip_ratio, self.aggregation, self.trim_fraction = clip_ratio, aggregation, (
+            trim_fraction)  # fmt: skip
+        self.sampled: dict[int, set[int]] = {}  # round -> the nodes its messages went to
+        self.dropped: list[str] = []  # "round r: node n: why", for the run's summary
         self.personalize_message_type = personalize_message_type
         self.node_ranks = node_ranks
         self.train_nodes = None if train_nodes is None else frozenset(train_nodes)
@@ -115,6 +141,7 @@ class PersonalizedFedAvg(FedAvg):
         nodes = sample_nodes(nodes, self.fraction_train, self.min_train_nodes, self.rng,
                              self.node_ranks, self.train_nodes)  # fmt: skip
         log(INFO, "configure_train: sampled %d nodes", len(nodes))
+        self.sampled[server_round] = set(nodes)
         config[wire.ROUND] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         return self.messages(record, nodes, MessageType.TRAIN)
@@ -143,8 +170,9 @@ class PersonalizedFedAvg(FedAvg):
         return arrays
 
     def extras_problem(self, extras: ArrayRecord) -> str | None:
-        """Why a reply's extras break this strategy's contract, or None (none expected here)."""
-        return None
+        """Why a reply's extras break this strategy's contract, or None. This strategy uses
+        none: a reply with extras is refused (FedPAC's and others override)."""
+        return "extras this method does not use"
 
     def reject_reason(self, content: RecordDict) -> str | None:
         """Why a train reply that fits the wire contract must still not enter the aggregate
@@ -159,12 +187,45 @@ class PersonalizedFedAvg(FedAvg):
             return "error reply: " + " ".join(str(msg.error.reason).split())[:300]
         node, content = msg.metadata.src_node_id, msg.content
         bound = (self.reported or {}).get(node, {}).get(self.weighted_by_key)
+        if current is not None and record_bytes(content) > 2 * model_bytes(current) + (1 << 20):
+            return f"a reply of {record_bytes(content)} bytes for a model of {model_bytes(current)}"
         problem = train_reply_problem(
             content, current, self.weighted_by_key, bound, self.arrayrecord_key
         )
         if problem is None and wire.EXTRAS in content.array_records:
             problem = self.extras_problem(content.array_records[wire.EXTRAS])
         return problem or self.reject_reason(content)
+
+    def checked_problem(self, msg: Message, current: ArrayRecord | None, seen: set[int],
+                        server_round: int) -> str | None:  # fmt: skip
+        """`reply_problem`, a second reply of a node or one from a node not sampled, and
+        whatever the checks raise: nothing a reply holds can raise in the server."""
+        node = msg.metadata.src_node_id
+        if node in seen:
+            return "a second reply in this round"
+        seen.add(node)
+        if (sampled := self.sampled.get(server_round)) is not None and node not in sampled:
+            return "a reply from a node not sampled in this round"
+        try:
+            return self.reply_problem(msg, current)
+        except Exception as exc:  # noqa: BLE001 - the reply's fault, reported as its node's
+            return f"a reply that cannot be checked ({type(exc).__name__})"
+
+    @property
+    def default_metric_keys(self) -> tuple[str, ...]:
+        """The train metrics taken from replies when `metric_keys` is not given."""
+        return wire.TRAIN_METRICS
+
+    def weight_bound(self, node: int, key: str) -> float:
+        """The most `key` (a size: `num-examples`, `num-test`) that counts for `node`: what
+        it reported at query, at most `weight_ratio` times the median of all reported (a
+        report can lower its bound, never raise it), at most `contract.MAX_SAMPLES`."""
+        sizes = [float(r[key]) for r in (self.reported or {}).values() if key in r]
+        bound = MAX_SAMPLES
+        if sizes:
+            bound = min(bound, self.weight_ratio * float(np.median(sizes)))
+        own = (self.reported or {}).get(node, {}).get(key)
+        return min(bound, float(own)) if own is not None else bound
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -175,40 +236,55 @@ class PersonalizedFedAvg(FedAvg):
         `aggregate_extras`. A reply that cannot be used is dropped with a warning
         naming its node; with none left, (None, None): the round changes nothing."""
         current = self.sent_arrays.pop(server_round, None)
-        replies = list(replies)
+        replies, seen = list(replies), set()
         used = []
         for msg in replies:
-            if problem := self.reply_problem(msg, current):
-                log(WARNING, "Dropping update of node %d: %s", msg.metadata.src_node_id, problem)
+            if problem := self.checked_problem(msg, current, seen, server_round):
+                node = msg.metadata.src_node_id
+                log(WARNING, "Dropping update of node %d: %s", node, problem)
+                if len(self.dropped) < MAX_DROPPED_RECORDED:
+                    self.dropped.append(f"round {server_round}: node {node}: {problem}")
             else:
                 used.append(msg)
+        self.sampled.pop(server_round, None)
         log(INFO, "aggregate_train: %d of %d replies used", len(used), len(replies))
+        counts = {"replies-dropped": len(replies) - len(used)}
         if not used:
-            return None, None
+            return None, MetricRecord(counts)
         # Sums in a fixed order: replies arrive in any order, and float addition is not
         # associative, so the same run would otherwise differ in the last bits from run to run.
         ranks = self.node_ranks or {}
         used.sort(key=lambda m: (ranks.get(m.metadata.src_node_id, -1), m.metadata.src_node_id))
         weights = [self._weight(m) for m in used]
-        records = [m.content.array_records[self.arrayrecord_key] for m in used]
-        update = transformed_mean(weights, records, self.average_transform())
+        records = [{k: v.numpy() for k, v in m.content.array_records[self.arrayrecord_key].items()}
+                   for m in used]  # fmt: skip
+        records, clipped, ratio = clip_updates(records, current, self.clip_ratio)
+        update = combine(weights, records, self.aggregation, self.trim_fraction,
+                         self.average_transform())  # fmt: skip
         arrays = merge_arrays(current, ArrayRecord({k: Array(v) for k, v in update.items()}))
         extras = {m.metadata.src_node_id: (w, m.content.array_records[wire.EXTRAS])
                   for w, m in zip(weights, used, strict=True)
                   if wire.EXTRAS in m.content.array_records}  # fmt: skip
         if extras:
             arrays = self.aggregate_extras(server_round, arrays, extras)
+        counts.update({"updates-clipped": clipped, "update-norm-ratio-max": ratio})
         if problem := self.aggregate_problem(arrays):
             log(WARNING, "round %d: the aggregate breaks an invariant (%s); it is not used",
                 server_round, problem)  # fmt: skip
-            return None, None
+            self.dropped.append(f"round {server_round}: the aggregate: {problem}")
+            return None, MetricRecord(counts)
         metrics = [dict(next(iter(m.content.metric_records.values()))) for m in used]
-        means = weighted_mean([(w, {k: v for k, v in m.items() if k != self.weighted_by_key})
-                               for w, m in zip(weights, metrics, strict=True)])  # fmt: skip
+        metrics = [{k: v for k, v in m.items() if k in self.metric_keys} for m in metrics]
+        means = weighted_mean(list(zip(weights, metrics, strict=True)))
         totals = {"num-clients": len(used), self.weighted_by_key + "-total": sum(weights)}
         for key in [k for k in means if k.startswith("seconds-")]:  # client time spent
             totals[key + "-total"] = sum(m.get(key, 0.0) for m in metrics)
-        return arrays, MetricRecord({**means, **totals})
+        return arrays, MetricRecord({**means, **totals, **counts})
+
+    def round_problem(self, server_round: int) -> str | None:
+        """Why the aggregate of `server_round` was not used (an invariant broken), or None."""
+        prefix = f"round {server_round}: the aggregate: "
+        return next((d[len(prefix) :] for d in self.dropped if d.startswith(prefix)), None)
 
     def average_transform(self) -> dict[str, tuple[Callable, Callable]]:
         """{key: (to, back)}: arrays of `key` are averaged as to(x) and the mean mapped back by
@@ -220,7 +296,9 @@ class PersonalizedFedAvg(FedAvg):
         return arrays_problem(arrays)
 
     def _weight(self, msg: Message) -> float:
-        return float(next(iter(msg.content.metric_records.values()))[self.weighted_by_key])
+        """A reply's weight: its claim, at most its node's `weight_bound`."""
+        claim = float(next(iter(msg.content.metric_records.values()))[self.weighted_by_key])
+        return min(claim, self.weight_bound(msg.metadata.src_node_id, self.weighted_by_key))
 
     # -- the personalize round ----------------------------------------------------------------
     def personalize(
@@ -239,7 +317,9 @@ class PersonalizedFedAvg(FedAvg):
         content = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         messages = self.messages(content, nodes, self.personalize_message_type)
         replies = grid.send_and_receive(messages, timeout=timeout)
-        return collect(replies, len(nodes), timeout, self.personalize_message_type, self.reported)
+        caps = {n: self.weight_bound(n, wire.NUM_TEST) for n in nodes}
+        return collect(replies, len(nodes), timeout, self.personalize_message_type,
+                       self.reported, caps)  # fmt: skip
 
 
 def merge_arrays(current: ArrayRecord | None, update: ArrayRecord | None) -> ArrayRecord | None:
@@ -251,44 +331,3 @@ def merge_arrays(current: ArrayRecord | None, update: ArrayRecord | None) -> Arr
     merged = {k: update[k] if k in update else v for k, v in current.items()}
     merged.update({k: v for k, v in update.items() if k not in merged})
     return ArrayRecord({k: Array(v.numpy()) for k, v in merged.items()})
-
-
-def transformed_mean(
-    weights: list[float],
-    records: list[ArrayRecord],
-    transforms: Mapping[str, tuple[Callable, Callable]],
-) -> dict[str, Any]:
-    """`weighted_mean` of the records, each array of a key in `transforms` averaged in the
-    coordinates to(x) (in float64) and mapped back by back(), in its own dtype."""
-    if not transforms:
-        return weighted_mean(list(zip(weights, records, strict=True)))
-    items = []
-    for w, record in zip(weights, records, strict=True):
-        values = {k: v.numpy() for k, v in record.items()}
-        for key, (to, _) in transforms.items():
-            if key in values:
-                values[key] = to(values[key].astype(np.float64))
-        items.append((w, values))
-    means = weighted_mean(items)
-    for key, (_, back) in transforms.items():
-        if key in means:
-            dtype = next(r[key].numpy().dtype for r in records if key in r)
-            means[key] = back(means[key]).astype(dtype)
-    return means
-
-
-def weighted_mean(items: list[tuple[float, Mapping[str, Any]]]) -> dict[str, Any]:
-    """{key: sum_i w_i x_i / sum_i w_i} over the items that hold the key (numbers or numpy
-    arrays). With every key in every item this is Flower's FedAvg arithmetic to the last bit
-    (`strategy_utils.aggregate_arrayrecords`: factors w_i / W, accumulated in reply order)."""
-    totals: dict[str, float] = {}
-    for weight, values in items:
-        for key in values:
-            totals[key] = totals.get(key, 0.0) + weight
-    means: dict[str, Any] = {}
-    for weight, values in items:
-        for key, value in values.items():
-            x = value.numpy() if isinstance(value, Array) else value
-            term = x * (weight / totals[key])
-            means[key] = term if key not in means else means[key] + term
-    return means

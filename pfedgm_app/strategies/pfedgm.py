@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
+from .. import wire
 from .personalized import PersonalizedFedAvg
 
 # Algorithm 1: "Server updates phi, psi, nu using a weighted average" of the clients' values,
@@ -62,6 +63,11 @@ class PFedGM(PersonalizedFedAvg):
         self.covariance_keys = tuple(covariance_keys)
         self.bias_key = bias_key
         self.covariance_average, self.bias_average = covariance_average, bias_average
+
+    @property
+    def default_metric_keys(self) -> tuple[str, ...]:
+        """The train metrics and Phase 1's diagnostics (`wire.PFEDGM_METRICS`)."""
+        return wire.TRAIN_METRICS + wire.PFEDGM_METRICS
 
     def average_transform(self) -> dict[str, tuple[Callable, Callable]]:
         """{key: (to, back)}: the arrays averaged as to(x), the mean mapped back by back()."""

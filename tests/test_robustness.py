@@ -1,0 +1,168 @@
+"""What a reply really holds, against what it declares and what the server knows: decoding,
+bounds from the federation, one reply per node, clipping and the robust aggregators."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+
+from pfedgm_app.strategies import PersonalizedFedAvg, PFedGM
+from pfedgm_app.strategies.contract import query_reply_problem
+
+pytestmark = pytest.mark.usefixtures("task_identity")  # Messages need a run identity
+
+
+def _arrays(**values) -> ArrayRecord:
+    return ArrayRecord({k: Array(np.asarray(v, dtype=np.float32)) for k, v in values.items()})
+
+
+def _reply(node: int, arrays: ArrayRecord, n: float, **metrics) -> Message:
+    content = RecordDict(
+        {"arrays": arrays, "metrics": MetricRecord({"num-examples": n, **metrics})}
+    )
+    return Message(content, reply_to=Message(RecordDict(), dst_node_id=node, message_type="train"))
+
+
+def _aggregate(strategy, current, replies, sampled=None):
+    strategy.sent_arrays[1] = current
+    if sampled is not None:
+        strategy.sampled[1] = set(sampled)
+    return strategy.aggregate_train(1, replies)
+
+
+def _npy(values: np.ndarray, allow_pickle: bool = False) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, values, allow_pickle=allow_pickle)
+    return buffer.getvalue()
+
+
+def _raw_array(data: bytes, dtype: str = "float32", shape=(2,), stype="numpy.ndarray") -> Array:
+    return Array(dtype=dtype, shape=shape, stype=stype, data=data)
+
+
+GOOD = _npy(np.array([8.0, 8.0], dtype=np.float32))
+MALFORMED = {
+    "bytes that are not numpy": _raw_array(b"not an array at all"),
+    "no bytes": _raw_array(b""),
+    "truncated bytes": _raw_array(GOOD[:-3]),
+    "a pickled object array": _raw_array(_npy(np.array([object(), 1], dtype=object), True)),
+    "another serialization": _raw_array(GOOD, stype="torch.Tensor"),
+    "float64 bytes declared float32": _raw_array(_npy(np.array([8.0, 8.0]))),
+    "another shape than declared": _raw_array(_npy(np.ones((2, 2), dtype=np.float32))),
+    "complex values": _raw_array(_npy(np.ones(2, dtype=np.complex64)), dtype="complex64"),
+    "bytes beyond the values": _raw_array(GOOD + b"\0" * 10_000),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_an_array_is_decoded_and_checked_before_it_is_trusted(caplog, case):
+    """Whatever an Array's bytes hold, the server does not raise: the reply is dropped naming
+    the node, and the model is the honest replies' alone, of the model's dtype and shape."""
+    current, honest = _arrays(w=[0.0, 0.0]), _reply(1, _arrays(w=[2.0, 2.0]), 10)
+    hostile = _reply(7, ArrayRecord({"w": MALFORMED[case]}), 10)
+    strategy = PersonalizedFedAvg()
+    arrays, metrics = _aggregate(strategy, current, [honest, hostile])
+    values = arrays["w"].numpy()
+    assert values.dtype == np.float32 and values.shape == (2,)
+    np.testing.assert_array_equal(values, [2.0, 2.0])
+    assert metrics["replies-dropped"] == 1 and strategy.dropped[0].startswith("round 1: node 7")
+    assert any("node 7" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+
+def test_one_reply_per_node_and_only_from_the_nodes_sampled():
+    current = _arrays(w=[0.0])
+    replies = [_reply(1, _arrays(w=[2.0]), 10), _reply(1, _arrays(w=[100.0]), 10),
+               _reply(2, _arrays(w=[4.0]), 10), _reply(9, _arrays(w=[500.0]), 10)]  # fmt: skip
+    strategy = PersonalizedFedAvg()
+    arrays, metrics = _aggregate(strategy, current, replies, sampled=[1, 2])
+    np.testing.assert_allclose(arrays["w"].numpy(), [3.0])
+    assert metrics["replies-dropped"] == 2
+    assert any("second reply" in d for d in strategy.dropped)
+    assert any("not sampled" in d for d in strategy.dropped)
+
+
+def test_a_weight_is_bounded_by_what_the_server_knows_not_by_the_claim():
+    """A node that reported 1e9 samples at query counts at most `weight_ratio` times the
+    median report; an honest report below that bound is its own bound."""
+    reported = {n: {"num-examples": 100} for n in range(1, 5)} | {9: {"num-examples": 1e9}}
+    strategy = PersonalizedFedAvg(reported=reported, weight_ratio=20.0)
+    assert strategy.weight_bound(9, "num-examples") == 2000
+    assert strategy.weight_bound(1, "num-examples") == 100
+    replies = [_reply(n, _arrays(w=[1.0]), 100) for n in range(1, 5)]
+    replies.append(_reply(9, _arrays(w=[8.0]), 1e9))
+    _, metrics = _aggregate(strategy, _arrays(w=[0.0]), replies)
+    assert metrics["num-examples-total"] == 4 * 100 + 2000
+
+
+def test_an_update_far_from_the_others_is_clipped_and_honest_ones_are_used_as_sent():
+    current = _arrays(w=[0.0, 0.0])
+    honest = [_reply(n, _arrays(w=[1.0 + 0.1 * n, 1.0]), 10) for n in range(1, 5)]
+    scaled = _reply(9, _arrays(w=[1e5, 1e5]), 10)  # inside the value bound, far from the rest
+    strategy = PersonalizedFedAvg(clip_ratio=10.0)
+    arrays, metrics = _aggregate(strategy, current, [*honest, scaled])
+    assert metrics["updates-clipped"] == 1 and metrics["update-norm-ratio-max"] > 1e4
+    assert np.abs(arrays["w"].numpy()).max() < 5  # the clipped update counts at 10x the median
+    plain = PersonalizedFedAvg(clip_ratio=0.0)
+    exact, _ = _aggregate(plain, current, honest)
+    clipped, metrics = _aggregate(PersonalizedFedAvg(), current, honest)
+    assert metrics["updates-clipped"] == 0
+    assert exact["w"].numpy().tobytes() == clipped["w"].numpy().tobytes()  # to the last bit
+
+
+def test_the_robust_aggregators_are_flowers_trimmed_mean_and_median():
+    """Unweighted per coordinate, as Flower's FedTrimmedAvg (beta 0.2 of 5: one cut at each
+    end) and FedMedian: the outlier moves neither."""
+    current = _arrays(w=[0.0, 0.0])
+    values = np.array([[1, 9], [2, 8], [3, 7], [4, 6], [1000, -1000]], dtype=np.float32)
+    replies = [_reply(n, _arrays(w=v), 10 * (n + 1)) for n, v in enumerate(values)]
+    for aggregation, expected in (("trimmed-mean", [3.0, 7.0]), ("median", [3.0, 7.0])):
+        strategy = PersonalizedFedAvg(aggregation=aggregation, clip_ratio=0.0)
+        arrays, _ = _aggregate(strategy, current, replies)
+        np.testing.assert_allclose(arrays["w"].numpy(), expected)
+    with pytest.raises(ValueError, match="aggregation must be one of"):
+        PersonalizedFedAvg(aggregation="krum")
+
+
+def test_extras_a_method_does_not_use_and_oversized_replies_are_refused():
+    current = _arrays(w=[0.0, 0.0])
+    honest = _reply(1, _arrays(w=[2.0, 2.0]), 10)
+    with_extras = _reply(2, _arrays(w=[4.0, 4.0]), 10)
+    with_extras.content["extras"] = _arrays(big=np.zeros(10))
+    huge = _reply(3, _arrays(w=[4.0, 4.0]), 10)
+    huge.content["extras"] = _arrays(big=np.zeros(2_000_000))
+    for strategy in (PersonalizedFedAvg(), PFedGM(navigator_keys=(), covariance_keys=())):
+        arrays, metrics = _aggregate(strategy, current, [honest, with_extras, huge])
+        np.testing.assert_array_equal(arrays["w"].numpy(), [2.0, 2.0])
+        assert metrics["replies-dropped"] == 2
+        assert any("bytes for a model of" in d for d in strategy.dropped)
+
+
+@pytest.mark.parametrize(
+    ("info", "says"),
+    [
+        ({"num-examples": [1, 2]}, "'num-examples' must be a number"),
+        ({"num-examples": 1e12}, "'num-examples' must be a finite number in"),
+        ({"partition-id": 1.5}, "'partition-id' must be an integer"),
+        ({"image-shape": [3, 100000, 100000]}, "'image-shape' must be [C, H, W]"),
+        ({"num-classes": None}, "'num-classes' must be a number"),
+    ],
+)
+def test_a_query_reply_that_cannot_describe_a_client_is_named(info, says):
+    honest = {"partition-id": 0, "num-partitions": 4, "num-examples": 50, "num-test": 13,
+              "num-classes": 10, "image-shape": [3, 32, 32], "seconds-data": 0.1}  # fmt: skip
+    assert query_reply_problem(honest) is None
+    assert says in query_reply_problem({**honest, **info})
+
+
+def test_the_runs_records_are_strict_json(tmp_path):
+    from pfedgm_app.results import RunWriter, strict_json
+
+    writer = RunWriter(tmp_path)
+    writer.append_round(1, MetricRecord({"loss": 1.0, "round": 99}), total=float("inf"))
+    row = json.loads((tmp_path / "rounds.jsonl").read_text(), parse_constant=pytest.fail)
+    assert row == {"loss": 1.0, "round": 1, "total": None}
+    assert strict_json({"a": [float("nan")]}) == '{"a": [null]}'
