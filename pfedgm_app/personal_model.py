@@ -14,11 +14,15 @@ for its image shape, then a head of one of the `HEADS` kinds) and three metadata
 
 `load` refuses, in one line, a file that is not safetensors, one that is not such a model, and
 one whose tensors or metadata no longer match its SHA-256 (damaged, or edited without it being
-recomputed: a check of integrity, not a signature).
+recomputed: a check of integrity, not a signature). A file whose SHA-256 was recomputed is not
+trusted either: each field the model is rebuilt and used with must fit the tensors (present and
+of its JSON type; an image shape with a backbone; float32 tensors; head tensors sized by the
+class names and the backbone's features, checked before anything is allocated from them; one
+logit per class name), else it too is refused in one line.
 
 A head kind is its class, the non-tensor arguments it is rebuilt with, and how to build one from
-its tensors; a method whose evaluated model has another head declares that head's kind in
-`HEADS`, and nothing else here changes.
+its tensors (sized by the classes and the backbone's features only); a method whose evaluated
+model has another head declares that head's kind in `HEADS`, and nothing else here changes.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from torch import nn
 
 from .gaussian import PersonalizedHead
 from .methods.pfedfda import LDAHead
-from .models import Model, build_generator
+from .models import BACKBONES, Model, build_generator
 
 FORMAT = "pfedgm-personal-model/1"
 SUFFIX = ".safetensors"
@@ -166,20 +170,73 @@ def load(path: Path | str) -> PersonalModel:
             f"{path}: changed since it was written: its tensors or metadata do not match its "
             "SHA-256; use an unaltered copy"
         )
-    meta = json.loads(header["model"])
+    meta = checked_meta(header["model"], path)
     return PersonalModel(rebuild(meta, tensors, path), meta)
 
 
+# The metadata `rebuild` and `predict` use, and the JSON type of each.
+REQUIRED = {"image-shape": list, "classes": list, "head": str, "head-args": dict, "backbone": str}
+JSON_TYPES = {list: "array", str: "string", dict: "object"}
+REBUILD = "use the file the client saved, or save it again"
+
+
+def checked_meta(text: str, path: Path | str = "model") -> dict[str, Any]:
+    """The `model` metadata, each field `REQUIRED` there and of its type, the image shape one
+    of `BACKBONES`, the class names strings (`ModelFileError` says what is not)."""
+    try:
+        meta = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python goes
+        meta = None
+    if not isinstance(meta, dict):
+        raise ModelFileError(f"{path}: its model metadata is not a JSON object; {REBUILD}")
+    for key, kind in REQUIRED.items():
+        if type(meta.get(key)) is not kind:
+            found = f"has no {key}" if key not in meta else f"'s {key} is {_short(meta[key])}"
+            raise ModelFileError(f"{path}: its metadata{found}, not a JSON {JSON_TYPES[kind]}; "
+                                 f"{REBUILD}")  # fmt: skip
+    shape = meta["image-shape"]
+    if not all(type(n) is int for n in shape) or tuple(shape) not in BACKBONES:
+        known = [list(s) for s in BACKBONES]
+        raise ModelFileError(f"{path}: its image-shape {_short(shape)} is none this version has a "
+                             f"backbone for ({known}); {REBUILD}")  # fmt: skip
+    classes = meta["classes"]
+    if not classes or not all(type(name) is str for name in classes):
+        raise ModelFileError(
+            f"{path}: its classes {_short(classes)} are not class names; {REBUILD}"
+        )
+    if meta["head"] not in HEADS:
+        raise ModelFileError(
+            f"{path}: head kind {_short(meta['head'])} is unknown here (known: {list(HEADS)})"
+        )
+    return meta
+
+
 def rebuild(meta: dict[str, Any], tensors: Tensors, path: Path | str = "model") -> Model:
-    """The `Model` of a file's metadata, its tensors copied in (every name must match)."""
-    kind = meta["head"]
-    if kind not in HEADS:
-        raise ModelFileError(f"{path}: head kind {kind!r} is unknown here (known: {list(HEADS)})")
+    """The `Model` of checked metadata (`checked_meta`), its tensors copied in: every name,
+    dtype and shape must match, and it must give one logit per class name."""
+    kind, classes = meta["head"], meta["classes"]
     generator = build_generator(tuple(meta["image-shape"]))
     if type(generator).__name__ != meta["backbone"]:
-        raise ModelFileError(f"{path}: its backbone {meta['backbone']} is not this version's")
+        raise ModelFileError(f"{path}: its backbone {_short(meta['backbone'])} is not this "
+                             f"version's ({type(generator).__name__})")  # fmt: skip
+    if odd := [n for n, t in tensors.items() if t.dtype != torch.float32][:1]:
+        raise ModelFileError(f"{path}: {odd[0]} is {tensors[odd[0]].dtype}, not float32")
     head_tensors = {k[len("head.") :]: v for k, v in tensors.items() if k.startswith("head.")}
-    model = Model(generator, HEADS[kind].build(head_tensors, meta["head-args"]))
+    # A head is sized by its classes and the backbone's features only: checked before the head
+    # is built, as building allocates from these sizes (an LDA head a d x d covariance).
+    sizes = {len(classes), generator.dim}
+    for name, t in head_tensors.items():
+        if not set(t.shape) <= sizes:
+            raise ModelFileError(
+                f"{path}: head.{name} has shape {tuple(t.shape)}, but the file names "
+                f"{len(classes)} classes and its backbone gives {generator.dim} features; {REBUILD}"
+            )
+    try:
+        head = HEADS[kind].build(head_tensors, meta["head-args"])
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
+        raise ModelFileError(f"{path}: its tensors and head-args are not a {kind} head's "
+                             f"({_one_line(exc)}); {REBUILD}") from None  # fmt: skip
+    model = Model(generator, head)
     own = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     if set(own) != set(tensors):
         odd = sorted(set(own) ^ set(tensors))[:3]
@@ -190,7 +247,25 @@ def rebuild(meta: dict[str, Any], tensors: Tensors, path: Path | str = "model") 
                 raise ModelFileError(f"{path}: {name} has shape {tuple(value.shape)}, the "
                                      f"model's is {tuple(own[name].shape)}")  # fmt: skip
             own[name].copy_(value)
-    return model.eval()
+        try:  # what `predict` does with it, on one blank image
+            outputs = model.eval()(torch.zeros(1, *meta["image-shape"])).shape[-1]
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ModelFileError(f"{path}: the model cannot classify an image ({_one_line(exc)})"
+                                 f"; {REBUILD}") from None  # fmt: skip
+    if outputs != len(classes):
+        raise ModelFileError(f"{path}: the model gives {outputs} logits for {len(classes)} "
+                             f"class names; {REBUILD}")  # fmt: skip
+    return model
+
+
+def _short(value: Any) -> str:
+    """`value` as JSON, cut to fit in a line."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _one_line(exc: BaseException) -> str:
+    return (f"{type(exc).__name__}: {exc}".splitlines() or [""])[0]
 
 
 def folder_problem(folder: Path) -> str | None:

@@ -9,6 +9,9 @@ converted to the model's mode (grayscale or RGB), not resized, scaled to [-1, 1]
 `--json` one JSON object per line (`image`, `class`, `probability`), in batches. Refused in
 one line, before any prediction, exit code 2: a file that is not such a model or was changed
 since it was saved, an image of another size than the model's, a file that is not an image.
+Every image is an input not trusted: its size is read from its header before it is decoded, so
+that a decompression bomb is never decoded, and each is decoded once before the first
+prediction, so that a damaged one (truncated, say) is refused before any line is printed.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,16 +51,25 @@ def image_files(paths: list[Path]) -> list[Path]:
 
 
 def check_images(paths: list[Path], image_shape: tuple[int, int, int]) -> None:
-    """Every image opens and has the model's size (read from the header, not decoded)."""
-    from PIL import Image, UnidentifiedImageError
+    """Every image has the model's size (read from its header first, so that no image of
+    another size, a decompression bomb included, is decoded) and decodes whole."""
+    from PIL import Image
 
     height, width = image_shape[1:]
+    mode = "L" if image_shape[0] == 1 else "RGB"
     for path in paths:
         try:
-            with Image.open(path) as im:
-                size = im.size
-        except (UnidentifiedImageError, OSError) as exc:
-            raise ImageError(f"{path}: not an image ({exc})") from None
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                with Image.open(path) as im:
+                    size = im.size
+                    if size == (width, height):
+                        im.convert(mode)
+        except Exception as exc:  # noqa: BLE001 - the bytes are the input: any PIL error is theirs
+            why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            raise ImageError(
+                f"{path}: not an image, or a damaged one ({why}); remove it or give an intact copy"
+            ) from None
         if size != (width, height):
             raise ImageError(
                 f"{path} is {size[0]}x{size[1]} pixels; this model takes "

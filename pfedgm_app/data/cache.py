@@ -2,6 +2,13 @@
 keyed by the data's files and every setting they depend on: a deployment starts a fresh
 ClientApp process per message, which then reads its client's tensors instead of decoding the
 images again.
+
+An entry on disk is checked, not trusted: a decoded client holds the SHA-256 of its arrays
+(names, dtypes, shapes, bytes), a client's corrupted images have theirs beside them
+(`<file>.sha256`). It is recomputed when the entry is read, and an entry that does not match it
+(damaged, or edited: labels flipped) or cannot be read is computed again from the source, with
+one warning naming the file. Nothing is unpickled. The SHA-256 is a check of integrity, not a
+signature.
 """
 
 from __future__ import annotations
@@ -22,6 +29,12 @@ log = logging.getLogger(__name__)
 
 _CLIENTS: dict[tuple, ClientData] = {}
 CACHE_VERSION = 1  # bump when `corruptions` or the decoding changes what they compute
+ENTRY_FORMAT = "sha256"  # in every entry's key: those written without a SHA-256 are not read
+DIGEST = "sha256"  # the entry's own array holding the SHA-256 of the others
+# What np.load and zipfile raise on a damaged file; TypeError: an .npy where an archive was,
+# KeyError: no SHA-256 in it; AttributeError: an archive where an .npy was (no dtype).
+UNREADABLE = (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError,
+              zipfile.BadZipFile)  # fmt: skip
 
 
 def cache_dir() -> Path:
@@ -41,23 +54,63 @@ def _fingerprint(source: str) -> tuple:
                  for f in files for st in [f.stat()])  # fmt: skip
 
 
+def arrays_digest(arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 of each array's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = arrays[name]
+        h.update(f"\n{name} {a.dtype.str} {a.shape}\n".encode())
+        h.update(np.ascontiguousarray(a).data)
+    return h.hexdigest()
+
+
 def _client_cache(parts: tuple, decode: Callable[[], dict[str, np.ndarray]]) -> ClientData:
     """A client's data from `cache_dir()/clients/<hash of parts>.npz` (uint8 images, labels),
     or decoded by `decode` and written there atomically; `parts` holds everything the data
     depends on (the files' sizes and times, the protocol or device settings, the class list)."""
-    digest = hashlib.sha256(repr((CACHE_VERSION, *parts)).encode()).hexdigest()[:32]
-    path = cache_dir() / "clients" / f"{digest}.npz"
-    arrays = None
-    if path.exists():
-        try:
-            with np.load(path) as stored:
-                arrays = {k: stored[k] for k in stored.files}
-        except (OSError, ValueError, zipfile.BadZipFile) as exc:
-            log.warning("unreadable cached client %s (%s): decoding again", path, exc)
-    if arrays is None:
-        arrays = decode()
-        _write_atomically(path, lambda f: np.savez(f, **arrays))
+    key = repr((CACHE_VERSION, ENTRY_FORMAT, *parts))
+    path = cache_dir() / "clients" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npz"
+    if path.exists() and (data := _read_client(path)) is not None:
+        return data
+    arrays = decode()
+    _write_atomically(path, lambda f: np.savez(f, **arrays, **{DIGEST: arrays_digest(arrays)}))
     return _client_data(arrays)
+
+
+def _read_client(path: Path) -> ClientData | None:
+    """The client stored in `path` if it is whole and matches its SHA-256, else None (and one
+    warning)."""
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            arrays = {k: stored[k] for k in stored.files}
+        if str(arrays.pop(DIGEST)) == arrays_digest(arrays):
+            return _client_data(arrays)
+        why = "its arrays do not match its SHA-256 (damaged or changed)"
+    except UNREADABLE as exc:
+        why = f"unreadable ({type(exc).__name__}: {exc})".splitlines()[0]
+    log.warning("cached %s: %s; computing it again from its source", path, why)
+    return None
+
+
+def _read_array(path: Path) -> np.ndarray | None:
+    """The array in `path` (.npy) if it matches the SHA-256 beside it (`<path>.sha256`), else
+    None (and one warning)."""
+    try:
+        array = np.load(path, allow_pickle=False)
+        if Path(f"{path}.sha256").read_text() == arrays_digest({"array": array}):
+            return array
+        why = "its array does not match its SHA-256 (damaged or changed)"
+    except UNREADABLE as exc:
+        why = f"unreadable ({type(exc).__name__}: {exc})".splitlines()[0]
+    log.warning("cached %s: %s; computing it again from its source", path, why)
+    return None
+
+
+def _write_array(path: Path, array: np.ndarray) -> None:
+    """`array` into `path` (.npy), its SHA-256 first: a reader that finds the array finds it."""
+    digest = arrays_digest({"array": array})
+    _write_atomically(Path(f"{path}.sha256"), lambda f: f.write(digest.encode()))
+    _write_atomically(path, lambda f: np.save(f, array))
 
 
 def _write_atomically(path: Path, write: Callable[[Any], None]) -> None:

@@ -13,9 +13,11 @@ from ..config import ConfigError
 from .cache import (
     _CLIENTS,
     CACHE_VERSION,
+    ENTRY_FORMAT,
     _client_cache,
     _fingerprint,
-    _write_atomically,
+    _read_array,
+    _write_array,
     cache_dir,
 )
 from .corruptions import corrupt
@@ -72,15 +74,15 @@ def corrupted(
     fingerprint, the indices, the pair, the seed, the code's version), so that later runs and
     every SuperNode of this machine reuse them without decoding the images again."""
     digest = hashlib.sha256()
-    for part in (pool.source, pool.dataset._fingerprint, pair, seed, CACHE_VERSION):
+    for part in (pool.source, pool.dataset._fingerprint, pair, seed, CACHE_VERSION, ENTRY_FORMAT):
         digest.update(repr(part).encode())
     digest.update(np.ascontiguousarray(indices, dtype=np.int64).tobytes())
     path = cache_dir() / "corrupted" / f"{pair[0]}-{pair[1]}-{digest.hexdigest()[:24]}.npy"
-    if path.exists():
-        return np.load(path)
+    if path.exists() and (out := _read_array(path)) is not None:
+        return out
     try:
         out = corrupt(pixels(pool, indices), *pair, seed=seed, frost_dir=frost_dir or None)
     except ValueError as exc:  # missing frost textures
         raise ConfigError(f"{exc} (run-config key frost-dir)") from exc
-    _write_atomically(path, lambda f: np.save(f, out))
+    _write_array(path, out)
     return out

@@ -9,6 +9,11 @@ the run is finished, asks `flwr list` for its status, and returns its status, it
 `summary.json` it wrote in its `output-dir` (a fresh temporary folder when the run-config names
 none). Runs go to the simulation engine, or to a named federation of `$FLWR_HOME/config.toml`
 (e.g. real SuperLink and SuperNode processes: `devtools.deployment`).
+
+What `flwr` prints is read, not trusted: an answer that is not JSON, lacks a key or lists no
+run raises nothing here. A SuperLink that was restarted, or lost its database, no longer knows
+the run: `run_app` then returns status `unknown` and one line saying where the run's files are
+and how to resume it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ from typing import Any
 # The project folder (pyproject.toml) when the package runs from a checkout or an editable
 # install; an installed copy has none, and its users name the folder (`app_dir`).
 APP_DIR = Path(__file__).resolve().parents[2]
+# A run's status when `flwr list` does not know it; said so after this many answers in a row,
+# as one may fail while a SuperLink restarts.
+UNKNOWN, UNKNOWN_ANSWERS = "unknown", 3
 
 
 @dataclass
@@ -93,7 +101,7 @@ def run_app(
     if not run_config.get("output-dir"):
         run_config = {**run_config, "output-dir": tempfile.mkdtemp(prefix="pfedgm-run-")}
     output_dir = Path(run_config["output-dir"]).resolve()
-    cmd = [flwr_command(), "run", str(app_dir)]
+    cmd = ["run", str(app_dir)]
     if federation is None:
         sim = f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client}"
         if gpus_per_client:  # several ClientApps share a GPU: 1 / gpus_per_client at a time
@@ -102,36 +110,68 @@ def run_app(
     else:
         cmd += [federation]
     cmd += ["--run-config", run_config_arg(run_config), "--format", "json"]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    try:
-        submitted = json.loads(out.stdout[out.stdout.index("{") :])
-    except ValueError:
-        submitted = {}
-    if not submitted.get("success"):
-        raise RuntimeError(f"flwr run failed to submit:\n{out.stdout}\n{out.stderr}")
-    run_id = str(submitted["run-id"])
+    out = flwr(cmd, env, check=False, timeout=300)
+    submitted = _json_object(out.stdout)
+    run_id = submitted.get("run-id")
+    if submitted.get("success") is not True or not isinstance(run_id, int | str) or run_id == "":
+        said = str(submitted.get("error-message") or out.stderr or out.stdout).splitlines()
+        why = ([line.strip() for line in said if line.strip()] or ["no output"])[-1]
+        if submitted.get("success") is True:
+            why = "it answered with no run-id"
+        raise RuntimeError(f"flwr run did not submit the run: {why}")
+    run_id = str(run_id)
     link = [] if federation is None else [federation]  # where `flwr list/log/stop` must look
     status = _wait(run_id, env, started + timeout, link, output_dir)
     log = flwr(["log", run_id, *link, "--show"], env, check=False).stdout
     summary_path = output_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    details = "" if status == "finished:completed" else _details(run_id, link, env)
+    if status == UNKNOWN:
+        details = unknown_run(run_id, output_dir)
+    else:
+        details = "" if status == "finished:completed" else _details(run_id, link, env)
     return FlowerRun(run_id, status, log, output_dir, summary, time.time() - started, details)
 
 
-def _listed(run_id: str, link: list[str], env: dict[str, str], check: bool = True) -> dict:
-    """The run as `flwr list` shows it: `status`, `status-details`, ..."""
+def unknown_run(run_id: str, output_dir: Path) -> str:
+    """Why a run has status `UNKNOWN`, and what to do, in one line."""
+    why = f"run {run_id} is unknown to this SuperLink (it was restarted, or lost its database)"
+    if (output_dir / "summary.json").exists():
+        return f"{why}, but it finished: its summary.json is in {output_dir}"
+    return (f"{why}; what it wrote is in {output_dir}: run it again with resume=true to "
+            "continue from its last checkpoint")  # fmt: skip
+
+
+def _json_object(stdout: str) -> dict:
+    """The JSON object a `flwr ... --format json` printed (after any other output), or {}."""
+    try:
+        answer = json.loads(stdout[stdout.index("{") :])
+    except (ValueError, RecursionError):
+        return {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def parse_listed(stdout: str, run_id: str) -> dict:
+    """The run `run_id` in what `flwr list --run-id RUN_ID --format json` printed: `status`,
+    `status-details`, ...; {} when the answer does not hold it (no JSON, `success` false, no
+    `runs`, another run), as from a SuperLink that does not know the run."""
+    runs = _json_object(stdout).get("runs")
+    if not isinstance(runs, list):
+        return {}
+    mine = [r for r in runs if isinstance(r, dict) and str(r.get("run-id", run_id)) == run_id]
+    return mine[0] if mine and isinstance(mine[0].get("status"), str) else {}
+
+
+def _listed(run_id: str, link: list[str], env: dict[str, str]) -> dict:
+    """The run as `flwr list` shows it (`parse_listed`)."""
     cmd = ["list", *link, "--run-id", run_id, "--format", "json"]
-    return json.loads(flwr(cmd, env, check).stdout)["runs"][0]
+    return parse_listed(flwr(cmd, env, check=False).stdout, run_id)
 
 
 def _details(run_id: str, link: list[str], env: dict[str, str]) -> str:
     """Why the SuperLink ended a run (e.g. an expired run, an exception outside the app),
     which its log does not always say."""
-    try:
-        return _listed(run_id, link, env, check=False).get("status-details", "")
-    except (ValueError, KeyError, IndexError):
-        return ""
+    details = _listed(run_id, link, env).get("status-details", "")
+    return details if isinstance(details, str) else ""
 
 
 def _wait(
@@ -179,20 +219,24 @@ def _poll(
     round's row, a checkpoint) it is alive, and `flwr list` is asked only after `pause` seconds
     without a write (1 s at first, then x1.5 up to 60 s), and every half second once
     `summary.json`, its last file, is there. After the log stream has ended the first ask is
-    at once, and it finds a finished run finished.
+    at once, and it finds a finished run finished. A run `flwr list` does not show in
+    `UNKNOWN_ANSWERS` answers in a row is `UNKNOWN`.
     """
-    pause, next_list, seen = 1.0, time.time(), 0.0
+    pause, next_list, seen, unknown = 1.0, time.time(), 0.0, 0
     summary = output_dir / "summary.json"
     while True:
         if (written := _last_write(output_dir)) > seen:  # alive: ask later
             seen, next_list = written, max(next_list, time.time() + pause)
         if time.time() >= next_list or time.time() > deadline or summary.exists():
-            status = _listed(run_id, link, env)["status"]
+            status = _listed(run_id, link, env).get("status", "")
+            unknown = 0 if status else unknown + 1
+            if unknown >= UNKNOWN_ANSWERS:
+                return UNKNOWN
             if status.startswith("finished"):
                 return status
             if time.time() > deadline:
                 flwr(["stop", run_id, *link], env, check=False)
-                return f"timeout ({status})"
+                return f"timeout ({status or UNKNOWN})"
             next_list, pause = time.time() + pause, min(pause * 1.5, 60.0)
         time.sleep(0.5)
 
@@ -216,9 +260,12 @@ def flwr_command() -> str:
     )
 
 
-def flwr(args: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
+def flwr(
+    args: list[str], env: dict[str, str], check: bool = True, timeout: float | None = None
+) -> subprocess.CompletedProcess:
     cmd = [flwr_command(), *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, check=check)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, check=check,
+                          timeout=timeout)  # fmt: skip
 
 
 def free_port() -> int:
