@@ -8,6 +8,7 @@ partitions 0 and 1 then tamper with (as an outdated or malicious client would).
 from __future__ import annotations
 
 import csv
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -20,6 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.e2e
 
 HOSTILE_CLIENT = """
+import io
+
+import numpy as np
+from flwr.app import Array
 from flwr.clientapp import ClientApp
 
 from pfedgm_app import client_app as honest
@@ -36,12 +41,23 @@ def query(msg, context):
 def train(msg, context):
     reply = honest.train(msg, context)
     pid = int(context.node_config["partition-id"])
+    arrays, metrics = reply.content["arrays"], reply.content["metrics"]
     if pid == 0:  # claims far more data than it has
-        reply.content["metrics"]["num-examples"] = 1e12
+        metrics["num-examples"] = 1e12
     if pid == 1:  # keeps the head local: a subset of the keys (merged, not dropped)
-        arrays = reply.content["arrays"]
         for key in [k for k in arrays if k.startswith("head.")]:
             del arrays[key]
+    if pid == 2:  # float64 bytes under a float32 label, and keys of the server's records
+        key = next(iter(arrays))
+        real = arrays[key].numpy().astype(np.float64)
+        buffer = io.BytesIO()
+        np.save(buffer, real)
+        arrays[key] = Array(dtype="float32", shape=real.shape, stype="numpy.ndarray",
+                            data=buffer.getvalue())
+        metrics["round"], metrics["personalized-accuracy"] = 999.0, 0.0
+    if pid == 3:  # a scaled copy of the model: every value inside the bound, far from the rest
+        for key in list(arrays):
+            arrays[key] = Array(arrays[key].numpy() * 1000)
     return reply
 
 
@@ -70,16 +86,30 @@ def hostile_app(folder: Path) -> Path:
 
 
 def test_hostile_clients_neither_end_the_run_nor_enter_its_numbers(flower_env, tmp_path, mnist):
+    """5 SuperNodes, 4 of them hostile: the run completes, summary.json names each dropped
+    node and why, the records are the server's, and the honest clients' accuracy stays within
+    15 points of a run whose clients are all honest (a model taken over falls to chance)."""
     cfg = {**RUN, "dataset": str(mnist)}
-    hostile = run_app({**cfg, "output-dir": str(tmp_path / "hostile")}, 4, flower_env,
+    hostile = run_app({**cfg, "output-dir": str(tmp_path / "hostile")}, 5, flower_env,
                       app_dir=hostile_app(tmp_path / "app"))  # fmt: skip
     assert hostile.ok, hostile.log[-3000:]
     with open(hostile.output_dir / "clients.csv") as f:
         rows = {int(float(r["partition-id"])): r for r in csv.DictReader(f)}
-    assert sorted(rows) == [1, 2, 3]  # partition 0's accuracy of 1.5 is not a client's row
+    assert sorted(rows) == [1, 2, 3, 4]  # partition 0's accuracy of 1.5 is not a client's row
     node0 = re.search(r"node (\d+): 'accuracy' must be a finite number", hostile.log)
     assert node0, "the personalize round names the hostile node"
     assert f"Dropping update of node {node0.group(1)}: 'num-examples'" in hostile.log
-    assert hostile.summary["num_clients_evaluated"] == 3
-    assert 0 <= hostile.summary["mean_accuracy"] <= 100
-    assert any(node0.group(1) in f for f in hostile.summary["failures"])
+    summary = hostile.summary
+    assert summary["num_clients_evaluated"] == 4
+    assert any(node0.group(1) in f for f in summary["failures"])
+    dropped = summary["dropped_replies"]
+    assert sum("declares float32" in d and "holds float64" in d for d in dropped) == 2, dropped
+    assert sum("'num-examples'" in d for d in dropped) == 2  # partition 0, both rounds
+    lines = [json.loads(r) for r in (hostile.output_dir / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in lines] == [1, 2]
+    assert "personalized-accuracy" not in lines[0]  # no client writes the server's keys
+    assert all(r["updates-clipped"] == 1 for r in lines)  # partition 3's scaled copy
+    honest = run_app({**cfg, "output-dir": str(tmp_path / "honest")}, 5, flower_env)
+    assert honest.ok, honest.log[-3000:]
+    assert abs(summary["mean_accuracy"] - honest.summary["mean_accuracy"]) < 15, (
+        summary["mean_accuracy"], honest.summary["mean_accuracy"])  # fmt: skip
