@@ -31,8 +31,9 @@ import tempfile
 import time
 import tomllib
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from logging import ERROR
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,17 @@ def app_component(name: str, root: Path = ROOT) -> Any:
 
 def _set_task_identity() -> None:
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = RUN_ID, SERVERAPP_NODE_ID, 1
+
+
+@contextmanager
+def run_identity() -> Iterator[None]:
+    """Inside the block this process has a run's identity, as Flower gives a running app's, so
+    that `Message(...)` can be built (tests of strategies with plain messages)."""
+    _set_task_identity()
+    try:
+        yield
+    finally:
+        TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None
 
 
 def _error_reply(msg: Message, exc: Exception) -> Message:

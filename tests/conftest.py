@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-from flwr.supercore.task_identity import TaskIdentity
 
+from devtools.inprocess import run_identity
 from devtools.launch import stop_local_superlink
 from pfedgm_app.paper.flwr_cli import offline_env
 
@@ -66,9 +66,8 @@ def every_method_run(mnist, tmp_path_factory):
 @pytest.fixture
 def task_identity():
     """Messages can only be built inside a run; give this process an identity for the test."""
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    yield
-    TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None
+    with run_identity():
+        yield
 
 
 def pytest_collection_modifyitems(items):

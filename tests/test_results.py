@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -156,7 +157,12 @@ def test_resume_refuses_another_experiment_before_touching_the_folder(tmp_path, 
 def test_resume_may_change_how_a_run_runs_and_add_rounds(tmp_path):
     resumed = _stopped_run(tmp_path)
     more = dataclasses.replace(resumed, num_server_rounds=9, client_threads=1, eval_every=3)
-    RunWriter.create(more, NoSettings()).close()
+    writer = RunWriter.create(more, NoSettings())  # the resumable keys: no refusal
+    assert writer.run_dir == Path(resumed.output_dir).resolve() and not writer.fresh
+    writer.close()
+    fewer = dataclasses.replace(resumed, num_server_rounds=1)  # fewer rounds than are done
+    with pytest.raises(ConfigError, match="has done"):
+        RunWriter.create(fewer, NoSettings())
 
 
 def test_an_output_dir_in_use_by_a_live_run_is_refused_and_a_killed_run_leaves_no_lock(tmp_path):

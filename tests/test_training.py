@@ -9,11 +9,11 @@ import pytest
 
 from pfedgm_app.training import keep_freed_memory
 
-# Two epochs of the CIFAR CNN in a fresh process (mallopt is process-wide and one-way): page
-# faults per batch after a warm-up epoch, and a checksum of the trained weights.
+# Epochs of the CIFAR CNN in a fresh process (mallopt is process-wide and one-way): a checksum
+# of the trained weights.
 TRAIN = textwrap.dedent(
     """
-    import json, resource, sys
+    import json, sys
     import torch
     from torch import nn
     from pfedgm_app.models import build_model
@@ -25,11 +25,9 @@ TRAIN = textwrap.dedent(
     model = build_model((3, 32, 32), lambda dim: nn.Linear(dim, 10))
     opt = make_sgd(model.parameters(), 0.01, 0.5, 5e-4)
     run_epochs(supervised_step(model), x, y, opt, 1, rng=torch.Generator().manual_seed(1))
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     run_epochs(supervised_step(model), x, y, opt, 2, rng=torch.Generator().manual_seed(2))
-    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / 20
     weights = [p.detach().double().sum().item() for p in model.parameters()]
-    print(json.dumps({"kept": kept, "faults": faults, "weights": weights}))
+    print(json.dumps({"kept": kept, "weights": weights}))
     """
 )
 
@@ -43,16 +41,13 @@ def _train(mode: str) -> dict:
 
 @pytest.mark.slow  # epochs of the CIFAR CNN, twice
 @pytest.mark.skipif(not keep_freed_memory(), reason="the C library has no mallopt (not glibc)")
-def test_keeping_freed_memory_ends_page_faults_per_batch_and_changes_no_number():
+def test_keeping_freed_memory_changes_no_number():
+    """The allocator setting moves tensors, not numbers: the trained weights are equal bit for
+    bit. Its effect on page faults and speed is a figure, printed by
+    benchmarks/bench_allocator.py."""
     default, kept = _train("default"), _train("keep")
     assert kept["kept"] and not default["kept"]
-    assert kept["weights"] == default["weights"]  # bit for bit: only where tensors live
-    # Kept, a batch after the warm-up epoch lands on pages the process already has.
-    assert kept["faults"] < 50, kept
-    # Default glibc puts each batch's activations on fresh pages; how many depends on the CPU's
-    # kernels (about 1,400 faults a batch on an AMD Zen 3 VM, 90 on another VM), so the default
-    # is only required to fault more where it faults at all.
-    assert default["faults"] < 50 or kept["faults"] < default["faults"] / 2, (default, kept)
+    assert kept["weights"] == default["weights"]
 
 
 def test_make_sgd_steps_equal_torchs_default_sgd_bit_for_bit():
