@@ -43,7 +43,7 @@ STARTUP = """
 import json, sys, time
 t0 = time.perf_counter()
 from pfedgm_app.data import clients, device, tensors
-from pfedgm_app.client_app import node_data
+from pfedgm_app.node import node_data
 from pfedgm_app.methods import parse_run_config
 t1 = time.perf_counter()
 cfg = parse_run_config(json.loads(sys.argv[1]))[0]

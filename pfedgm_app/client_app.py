@@ -1,24 +1,15 @@
-"""ClientApp: Flower handlers only; the work is done by the method plug-ins (`methods/`).
+"""ClientApp: Flower handlers only; the work is done by the method plug-ins (`methods/`), the
+SuperNode's data and model folder by `node`.
 
 Messages (`wire`): `query` (which client is this, how much data), `train` (one round of Phase 1
 or of a baseline), `train.personalize` (the final personalize-and-evaluate round). The run's
 settings come from `context.run_config`; messages carry the arrays and the round only.
-
-A SuperNode's `--node-config` says which client it is and where its data is (`node_data`): a
-partition of the run's dataset (`partition-id`, `num-partitions`, optionally `dataset`, its own
-copy of it) or the device's own samples (`data-path`); and where it keeps the personalized
-model the final personalize round evaluated (`model-dir`, `model_dir`: `personal_model`).
 """
 
 from __future__ import annotations
 
-import os
 import time
-import zlib
-from collections.abc import Mapping
-from logging import ERROR, INFO
-from pathlib import Path
-from typing import Any
+from logging import ERROR
 
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -26,135 +17,19 @@ from flwr.clientapp import ClientApp
 from flwr.common import log
 
 from . import personal_model, wire
-from .config import ConfigError, RunConfig
-from .data import (
-    ClientData,
-    DeviceData,
-    Protocol,
-    class_names,
-    load_client_data,
-    load_device_data,
-    run_classes,
+from .node import (
+    MODEL_DIR,
+    DataUnavailable,
+    ModelDirUnavailable,
+    client,
+    keep,
+    model_dir,
+    received_model,
+    sizes,
 )
-from .methods import ClientPlugin, ClientState, ClientTask, Personalized, parse_run_config
-from .models import Model
-from .replies import personalize_reply, received, train_reply
-from .training import keep_freed_memory, pick_device, set_threads
+from .replies import personalize_reply, train_reply
 
 app = ClientApp()
-
-DATA_PATH = "data-path"  # node-config: the device's own data (`data.DeviceData`)
-DATASET = "dataset"  # node-config: this SuperNode's own copy of the run's dataset
-MODEL_DIR = "model-dir"  # node-config: where the device keeps its personalized model
-
-
-def node_data(cfg: RunConfig, node: Mapping[str, Any]) -> tuple[int, int, ClientData]:
-    """(client id, num-partitions, data) of the SuperNode with node-config `node`.
-
-    With `data-path`, the device's own samples; its client id (the order clients are sampled
-    in, the seed of its split and messages, its `client-state-dir` file, its summary row) is
-    `partition-id` when given, else a hash of the data path (duplicates are refused by the
-    server: give such devices distinct partition-ids); `num-partitions` is the federation's
-    size when given, else 0 (the run then needs `min-nodes`). Without it, partition
-    `partition-id` of `num-partitions` of the run's dataset (or the node's `dataset` copy).
-    """
-    if DATA_PATH in node:
-        if DATASET in node:
-            raise ConfigError(f"node-config gives both {DATA_PATH} and {DATASET}: keep one")
-        if cfg.corruption != "none" or cfg.protocol != "standard":
-            raise ConfigError(
-                "corruption and protocol='generalization' assign clients by partition; a device "
-                f"with its own data ({DATA_PATH}) needs corruption='none', protocol='standard'"
-            )
-        path = str(node[DATA_PATH])
-        cid = int(node.get(wire.PARTITION_ID, zlib.crc32(path.encode()) & 0x7FFFFFFF))
-        num = int(node.get(wire.NUM_PARTITIONS, 0))
-        return cid, num, load_device_data(DeviceData.of(cfg, path, cid))
-    if wire.PARTITION_ID not in node or wire.NUM_PARTITIONS not in node:
-        raise ConfigError(
-            f"node-config {dict(node)} names no data: give partition-id and num-partitions (a "
-            f"partition of the run's dataset) or {DATA_PATH} (the device's own data)"
-        )
-    pid, num = int(node[wire.PARTITION_ID]), int(node[wire.NUM_PARTITIONS])
-    dataset = str(node.get(DATASET, cfg.dataset))
-    return pid, num, load_client_data(Protocol.of(cfg, num, dataset), pid)
-
-
-class DataUnavailable(ConfigError):
-    """This SuperNode's data cannot be loaded: its path missing, a file unreadable or corrupt,
-    columns or labels the run cannot use. Its message is one line that names the data."""
-
-    cause = "data"  # `wire.CAUSE`
-
-
-class ModelDirUnavailable(DataUnavailable):
-    """This SuperNode cannot write its personalized model where `model_dir` says."""
-
-    cause = "model-dir"
-
-
-def model_dir(cfg: RunConfig, node: Mapping[str, Any], run_id: int) -> Path:
-    """Where this device keeps its personalized model: node-config `model-dir`; else the run's
-    `output-dir`/models (simulation, a trial on one machine); else, with neither,
-    `$XDG_DATA_HOME/pfedgm/models/run-<run id>` (default `~/.local/share`)."""
-    if MODEL_DIR in node:
-        return Path(str(node[MODEL_DIR])).expanduser()
-    if cfg.output_dir:
-        return Path(cfg.output_dir).expanduser() / "models"
-    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(data_home) / "pfedgm" / "models" / f"run-{run_id}"
-
-
-def load_node_data(cfg: RunConfig, node: Mapping[str, Any]) -> tuple[int, int, ClientData]:
-    """`node_data`, its expected failures (ConfigError and any other ValueError or OSError of
-    data loading) raised as one `DataUnavailable`."""
-    try:
-        return node_data(cfg, node)
-    except (ValueError, OSError) as exc:
-        reason = " ".join(str(exc).split()) or "no reason given"
-        if not isinstance(exc, ConfigError):  # e.g. a PermissionError: its kind says what
-            reason = f"{type(exc).__name__}: {reason}"
-        raise DataUnavailable(reason) from exc
-
-
-Client = tuple[int, int, ClientPlugin, ClientTask, float]
-
-
-def _client(msg: Message, context: Context, purpose: str) -> Client:
-    """This client's id, num-partitions, its method's plug-in, its data and state, and the
-    seconds its data took to be ready (decoded, or read from the cache)."""
-    cfg, method, settings = parse_run_config(context.run_config)
-    set_threads(cfg.client_threads)
-    keep_freed_memory()
-    started = time.perf_counter()
-    pid, num, data = load_node_data(cfg, context.node_config)
-    seconds = time.perf_counter() - started
-    device = pick_device(cfg.device)
-    data = data.to(device)
-    config = msg.content.config_records.get(wire.CONFIG, {})  # query messages carry none
-    server_round = int(config.get(wire.ROUND, 0))
-    seed = zlib.crc32(f"{cfg.seed}/{server_round}/{pid}/{purpose}".encode())
-    rng = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    path = Path(cfg.client_state_dir) / f"client-{pid}.pt" if cfg.client_state_dir else None
-    state = ClientState(context.state, path, server_round)
-    task = ClientTask(cfg, data, state, rng, device, server_round=server_round)
-    return pid, num, method.plugin(settings), task, seconds
-
-
-def _model(msg: Message, plugin: ClientPlugin, task: ClientTask) -> Model:
-    """The received global model, with what this client kept, and the server's extras."""
-    model = plugin.build_model(tuple(task.data.x_train.shape[1:]), task.data.num_classes)
-    model.load_state_dict(received(msg)[0].to_torch_state_dict())
-    plugin.restore(model, task)
-    if wire.EXTRAS in msg.content:
-        extras = msg.content[wire.EXTRAS].to_torch_state_dict()
-        task.received = {k: v.to(task.device) for k, v in extras.items()}
-    return model.to(task.device)
-
-
-def _sizes(task: ClientTask) -> dict[str, int]:
-    return {wire.NUM_EXAMPLES: len(task.data.y_train), wire.NUM_TEST: len(task.data.y_test)}
 
 
 @app.query()
@@ -163,7 +38,7 @@ def query(msg: Message, context: Context) -> Message:
     node whose data cannot be loaded answers with the reason instead (`wire.UNAVAILABLE`), and
     logs it in one line: the server names the node and the reason before round 1."""
     try:
-        pid, num, _, task, seconds = _client(msg, context, "query")
+        pid, num, _, task, seconds = client(msg, context, "query")
         folder = model_dir(task.cfg, context.node_config, context.run_id)
         if problem := personal_model.folder_problem(folder):
             raise ModelDirUnavailable(f"{problem}; give node-config {MODEL_DIR} a writable folder")
@@ -178,7 +53,7 @@ def query(msg: Message, context: Context) -> Message:
         wire.NUM_CLASSES: task.data.num_classes,
         wire.IMAGE_SHAPE: list(task.data.x_train.shape[1:]),
         wire.DATA_SECONDS: seconds,
-        **_sizes(task),
+        **sizes(task),
     }
     return Message(RecordDict({wire.METRICS: MetricRecord(metrics)}), reply_to=msg)
 
@@ -187,11 +62,10 @@ def query(msg: Message, context: Context) -> Message:
 def train(msg: Message, context: Context) -> Message:
     """One local round of the configured method; sends only what the method shares. Its
     metrics time the round's parts: `seconds-data` (data ready), `seconds-model` (model built
-    from the message) and `seconds-compute` (the method's round), which the server sums per
-    round (`benchmarks/bench_speed.py` splits a round with them)."""
-    _, _, plugin, task, seconds = _client(msg, context, "train")
+    from the message) and `seconds-compute` (the method's round)."""
+    _, _, plugin, task, seconds = client(msg, context, "train")
     started = time.perf_counter()
-    model = _model(msg, plugin, task)
+    model = received_model(msg, plugin, task)
     model.train()
     ready = time.perf_counter()
     reply = plugin.train(model, task)
@@ -205,28 +79,10 @@ def train(msg: Message, context: Context) -> Message:
 def personalize(msg: Message, context: Context) -> Message:
     """Final round on every client: personalize with the method's rule, evaluate on test. The
     final one (not an `eval-every` evaluation) saves the model it evaluated on the device
-    (`keep`); the reply carries the metrics only."""
-    pid, _, plugin, task, _ = _client(msg, context, "personalize")
-    result = plugin.personalize(_model(msg, plugin, task), task)
-    reply = personalize_reply(msg, {**result.metrics, **_sizes(task), wire.PARTITION_ID: pid})
+    (`node.keep`); the reply carries the metrics only."""
+    pid, _, plugin, task, _ = client(msg, context, "personalize")
+    result = plugin.personalize(received_model(msg, plugin, task), task)
+    reply = personalize_reply(msg, {**result.metrics, **sizes(task), wire.PARTITION_ID: pid})
     if not task.server_round:
         keep(result, task, context, pid)
     return reply
-
-
-def keep(result: Personalized, task: ClientTask, context: Context, pid: int) -> Path:
-    """Save the personalized model in `model_dir` as `client-<pid>.safetensors`, with what
-    using it needs: its classes' names, image shape, method, run and accuracy."""
-    cfg, node = task.cfg, context.node_config
-    dataset = str(node.get(DATASET, cfg.dataset))
-    names = run_classes(cfg.classes, cfg.dataset) if DATA_PATH in node else (
-        class_names(cfg.classes, dataset))  # fmt: skip
-    run = {"method": cfg.method, "run-id": context.run_id, "dataset": dataset,
-           "server-round": cfg.num_server_rounds, "initial-model": cfg.initial_model,
-           "partition-id": pid, "accuracy": result.metrics[wire.ACCURACY],
-           "num-test": len(task.data.y_test)}  # fmt: skip
-    path = model_dir(cfg, node, context.run_id) / f"client-{pid}{personal_model.SUFFIX}"
-    shape = tuple(task.data.x_train.shape[1:])
-    personal_model.save(path, result.model, shape, list(names), run)
-    log(INFO, "pFedGM app: client %d keeps its personalized model in %s", pid, path)
-    return path

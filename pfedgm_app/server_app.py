@@ -1,29 +1,27 @@
-"""ServerApp: the paper's two phases. Phase 1: rounds of the method's strategy over the sampled
-clients, from a random model or a stored run's (`initial-model`). Phase 2: the personalize round
-on every client, which keeps its personalized model. Outputs go to `output-dir` as the run goes
-(`results.RunWriter`).
+"""ServerApp: the paper's two phases (`experiment`). Phase 1: rounds of the method's strategy
+over the sampled clients, from a random model or a stored run's (`initial-model`). Phase 2: the
+personalize round on every client, which keeps its personalized model. Every check runs before
+round 1; outputs go to `output-dir` as the run goes (`results.RunWriter`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from logging import ERROR, INFO, WARNING
+from logging import ERROR, INFO
 
-import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
+from flwr.app import Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
-from . import checkpoint, initial_model, wire
-from .config import ConfigError, RunConfig, Settings
-from .data import Protocol, resolve_dataset
-from .federation import discover_clients, model_input, partition_ranks, query_new_nodes
-from .methods import ClientPlugin, Method, parse_run_config
-from .results import RunWriter, accuracy_by_type, evaluation_row
-from .strategies import PersonalizationResult, PersonalizedFedAvg, WindowedGrid, summarize
+from . import initial_model
+from .config import ConfigError
+from .data import resolve_dataset
+from .experiment import experiment
+from .federation import discover_clients
+from .methods import parse_run_config
+from .results import RunWriter
+from .strategies import WindowedGrid
 from .strategies.window import messages_in_flight
 
 app = ServerApp()
@@ -51,247 +49,3 @@ def main(grid: Grid, context: Context) -> None:
     finally:
         if writer is not None:
             writer.close()
-
-
-def experiment(
-    grid: Grid,
-    cfg: RunConfig,
-    method: Method,
-    settings: Settings,
-    writer: RunWriter,
-    clients: dict[int, dict],
-    left_out: dict[int, str],
-    initial: initial_model.InitialModel | None = None,
-) -> None:
-    """Phase 1 (rounds), then Phase 2 (personalize), over the discovered `clients`, from
-    `initial` (`initial-model`) when given."""
-    protocol = Protocol.of(cfg, int(next(iter(clients.values()))[wire.NUM_PARTITIONS]))
-    ranks = partition_ranks(clients)  # the protocol's roles are by partition id
-    trained = None
-    if protocol.kind != "standard":
-        trained = [node for node, pid in ranks.items() if protocol.trains(pid)]
-
-    def take_in_new_nodes(grid: Grid) -> None:  # min-nodes: SuperNodes that joined since
-        added = query_new_nodes(grid, cfg, clients, left_out)
-        ranks.update({node: int(clients[node][wire.PARTITION_ID]) for node in added})
-        if added:
-            log(INFO, "pFedGM app: %d SuperNode(s) joined; %d known", len(added), len(ranks))
-
-    refresh = take_in_new_nodes if cfg.min_nodes else None
-    evaluation = Evaluation(grid, cfg, protocol, ranks, refresh=refresh, left_out=left_out)
-    strategy = build_strategy(cfg, method, ranks, trained, reported=clients, settings=settings)
-    evaluation.strategy = strategy
-    arrays = initial_arrays(cfg, method.plugin(settings), *model_input(clients))
-    if initial is not None:
-        arrays = initial_model.fit(initial, arrays)
-        log(INFO, "pFedGM app: starting from %s", initial.describe())
-    strategy.check_initial(arrays)
-    writer.write_config(cfg, settings, len(clients))  # the first file: every check passed
-    done = 0
-    if cfg.resume:
-        done, arrays = resume(cfg, writer, strategy, method, arrays)
-
-    # Phase 1: global collaborative training (Algorithm 1, or the baseline's rounds)
-    writer.mark("rounds")
-    rounds = Rounds(grid, strategy, cfg.num_server_rounds, cfg.round_timeout, refresh)
-    arrays = rounds.run(arrays, done, evaluation.after_round(writer))
-    writer.mark("trained")
-    writer.save_weights(arrays)
-    writer.training_problems(strategy.dropped, rounds.failed)
-
-    # Phase 2: personalized client adaptation and evaluation, on every evaluated client
-    writer.finish(cfg, len(clients), *evaluation.run(arrays))
-
-
-@dataclass
-class Rounds:
-    """Phase 1's loop: each round the strategy samples and configures (`configure_train`), the
-    grid exchanges the messages, the strategy aggregates (`aggregate_train`), then
-    `after_round` (outputs, evaluation, checkpoint) sees the round's global arrays. Round
-    numbers are the run's own, also after a resume."""
-
-    grid: Grid
-    strategy: PersonalizedFedAvg
-    last: int  # num-server-rounds
-    timeout: float  # round-timeout
-    refresh: Callable[[Grid], None] | None = None  # min-nodes: take in SuperNodes that joined
-    failed: dict[int, str] = dataclasses.field(default_factory=dict)  # round -> why no update
-
-    def run(self, arrays: ArrayRecord, done: int, after_round: AfterRound) -> ArrayRecord:
-        """Rounds done+1..last from `arrays`; the global arrays after the last. Stops with
-        the reasons when no round of this sitting could aggregate a reply (every client
-        failed), rather than personalize a model no client trained."""
-        failed = self.failed
-        for server_round in range(done + 1, self.last + 1):
-            log(INFO, "")
-            log(INFO, "[ROUND %d/%d]", server_round, self.last)
-            if self.refresh is not None:
-                self.refresh(self.grid)
-            config = ConfigRecord()
-            messages = list(self.strategy.configure_train(server_round, arrays, config, self.grid))
-            replies = list(self.grid.send_and_receive(messages, timeout=self.timeout))
-            update, metrics = self.strategy.aggregate_train(server_round, replies)
-            if update is None:
-                failed[server_round] = self.strategy.round_problem(server_round) or (
-                    first_failure(replies, len(messages)))  # fmt: skip
-                log(WARNING, "round %d: no update aggregated (%s)", server_round,
-                    failed[server_round])  # fmt: skip
-            else:
-                arrays = update
-            after_round(server_round, arrays, metrics)
-        if failed and len(failed) == self.last - done:
-            rounds = f"{min(failed)}-{max(failed)}" if len(failed) > 1 else str(min(failed))
-            raise RuntimeError(
-                f"no training round aggregated an update (rounds {rounds}); the first: "
-                f"{failed[min(failed)]}. Fix the clients' failure and run again (resume=true "
-                "continues from the last checkpoint)"
-            )
-        return arrays
-
-
-AfterRound = Callable[[int, ArrayRecord, MetricRecord | None], None]
-
-
-def first_failure(replies: list, sent: int) -> str:
-    """Why a round had nothing to aggregate, in one line: the first client error, or the
-    replies missing."""
-    for reply in replies:
-        if reply.has_error():
-            reason = " ".join(str(reply.error.reason).split())[:300]
-            return f"node {reply.metadata.src_node_id}: {reason}"
-    if len(replies) < sent:
-        return f"{sent - len(replies)} of {sent} client(s) did not answer in time"
-    return "every reply was dropped (see the warnings above)"
-
-
-@dataclass
-class Evaluation:
-    """Phase 2 (each method's personalize round) on every client: once after training and,
-    with `eval-every`, during it (the clients keep nothing of it)."""
-
-    grid: Grid
-    cfg: RunConfig
-    protocol: Protocol
-    ranks: dict[int, int]  # node id -> partition id
-    strategy: PersonalizedFedAvg | None = None
-    refresh: Callable[[Grid], None] | None = None  # min-nodes: take in SuperNodes that joined
-    left_out: dict[int, str] = dataclasses.field(default_factory=dict)  # node id -> why
-
-    def run(
-        self, arrays: ArrayRecord, server_round: int = 0
-    ) -> tuple[PersonalizationResult, dict[str, dict] | None]:
-        """The outcome (mean and std over the protocol's headline clients, rows of all), and
-        its accuracy per client type where the protocol has several types."""
-        config = ConfigRecord({wire.ROUND: server_round} if server_round else {})
-        nodes, gone = list(self.ranks), []
-        if self.refresh is not None:  # every client known and connected now
-            self.refresh(self.grid)
-            connected = set(self.grid.get_node_ids())
-            nodes = [n for n in self.ranks if n in connected]
-            gone = [f"partition {p}: not connected"
-                    for n, p in self.ranks.items() if n not in connected]  # fmt: skip
-        outcome = self.strategy.personalize(
-            self.grid, arrays, config, self.cfg.round_timeout, nodes
-        )
-        gone += [f"node {n}: {why}" for n, why in self.left_out.items()]
-        if gone:  # the summary lists every client that was not evaluated, and why
-            outcome = dataclasses.replace(outcome, failures=outcome.failures + gone)
-        protocol, rows = self.protocol, outcome.clients
-        if protocol.kind == "standard" and protocol.corruption == "none":
-            return outcome, None
-        headline = [r for r in rows if protocol.headline(int(r[wire.PARTITION_ID]))]
-        if len(headline) < len(rows):
-            summary = summarize(headline, outcome.failures)
-            outcome = dataclasses.replace(summary, clients=rows)
-        return outcome, accuracy_by_type(rows, protocol.client_type)
-
-    def after_round(self, writer: RunWriter) -> AfterRound:
-        """After each round: evaluate every `eval-every` rounds (the last round's is the final
-        Phase 2), write the round's line of `rounds.jsonl`, then the checkpoint a stopped run
-        resumes from (`resume`)."""
-        every, last = self.cfg.eval_every, self.cfg.num_server_rounds
-
-        def after(server_round: int, arrays: ArrayRecord, metrics: MetricRecord | None) -> None:
-            extra = {}
-            if every and server_round % every == 0 and server_round < last:
-                extra = evaluation_row(*self.run(arrays, server_round))
-            writer.on_round(server_round, arrays, metrics, **extra)
-            checkpoint.save(writer.run_dir, server_round, arrays, self.strategy.state())
-
-        return after
-
-
-def resume(
-    cfg: RunConfig,
-    writer: RunWriter,
-    strategy: PersonalizedFedAvg,
-    method: Method,
-    initial: ArrayRecord,
-) -> tuple[int, ArrayRecord]:
-    """The rounds done and the global arrays of the stopped run's last checkpoint; the
-    strategy continues from the state saved with them."""
-    done, arrays, state = checkpoint.load(writer.run_dir)
-    path = writer.run_dir / checkpoint.CHECKPOINT
-    if sorted(arrays) != sorted(initial) or any(
-        (arrays[k].shape, arrays[k].dtype) != (a.shape, a.dtype) for k, a in initial.items()
-    ):
-        raise ConfigError(f"the arrays of {path} are another model's: same method and dataset?")
-    try:
-        strategy.load_state(state)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ConfigError(
-            f"{path} holds no state of this method's strategy ({type(exc).__name__}: {exc}); "
-            "resume with the stopped run's method, or start a new run in another output-dir"
-        ) from exc
-    writer.cut_rounds(done)
-    if method.keeps_state and not cfg.client_state_dir:
-        log(WARNING, "pFedGM app: %s keeps arrays on its clients and client-state-dir is "
-            "not set: a new run's clients start without them, so the resumed run differs from "
-            "an uninterrupted one", method.name)  # fmt: skip
-    return done, arrays
-
-
-def initial_arrays(
-    cfg: RunConfig, plugin: ClientPlugin, image_shape: tuple[int, int, int], num_classes: int
-) -> ArrayRecord:
-    """phi^0, psi^0, nu^0 (or the baseline's model), seeded by `seed`, for the clients' images
-    and classes (from their query replies: the server needs no copy of the data), built by the
-    method's plug-in with the run's settings (e.g. pFedGM's `navigator-init`)."""
-    torch.manual_seed(cfg.seed)
-    model = plugin.build_model(image_shape, num_classes)
-    return ArrayRecord(model.state_dict())
-
-
-def build_strategy(
-    cfg: RunConfig,
-    method: Method,
-    node_ranks: dict[int, int],
-    train_nodes: list[int] | None = None,
-    reported: dict[int, dict] | None = None,
-    settings: Settings | None = None,
-) -> PersonalizedFedAvg:
-    """The server side of `method`; every round waits for all clients to be connected (with
-    `min-nodes` N: for N, ending the run when fewer stay connected for `node-wait-timeout`)
-    and samples them (among `train_nodes`, default all) by partition id, so methods with the
-    same seed see the same clients. `reported` (node id -> its query metrics, kept current as
-    nodes join) bounds what each reply may claim: its weight, its test size. `settings` (the
-    method's) add the strategy options they fix (`Settings.strategy_options`).
-    """
-    strategy = method.strategy(
-        fraction_train=cfg.fraction_train,
-        fraction_evaluate=0.0,  # the paper evaluates once, after personalization
-        min_train_nodes=1,
-        min_available_nodes=cfg.min_nodes or len(node_ranks),
-        node_wait_timeout=cfg.node_wait_timeout if cfg.min_nodes else None,
-        node_ranks=node_ranks,
-        train_nodes=train_nodes,
-        seed=cfg.seed,
-        reported=reported,
-        weight_ratio=cfg.weight_ratio,
-        clip_ratio=cfg.clip_ratio,
-        aggregation=cfg.aggregation,
-        trim_fraction=cfg.trim_fraction,
-        **(settings.strategy_options() if settings is not None else {}),
-    )
-    strategy.metric_keys |= set(method.metrics)
-    return strategy

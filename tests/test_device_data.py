@@ -12,7 +12,6 @@ import pytest
 import torch
 from flwr.app import Error, Message, MetricRecord, RecordDict
 
-from pfedgm_app.client_app import node_data
 from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.data import (
     KNOWN_CLASSES,
@@ -29,6 +28,7 @@ from pfedgm_app.data import (
 )
 from pfedgm_app.data import device as device_data
 from pfedgm_app.federation import discover_clients, unavailable
+from pfedgm_app.node import node_data
 from tests.test_server import FakeGrid
 
 DIGITS = KNOWN_CLASSES["ylecun/mnist"]

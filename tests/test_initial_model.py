@@ -13,8 +13,8 @@ import torch
 from devtools.inprocess import run_inprocess
 from pfedgm_app import initial_model
 from pfedgm_app.config import ConfigError, RunConfig
+from pfedgm_app.experiment import initial_arrays
 from pfedgm_app.methods import get_method, parse_run_config
-from pfedgm_app.server_app import initial_arrays
 
 MNIST, CIFAR = (1, 28, 28), (3, 32, 32)
 

@@ -453,7 +453,7 @@ def test_every_method_runs_a_round_and_personalizes_on_64px_images():
 
 def test_the_servers_psi0_follows_navigator_init():
     """The global model's mu^0 is drawn at the scale `navigator-init` names (d = 128 here)."""
-    from pfedgm_app.server_app import initial_arrays
+    from pfedgm_app.experiment import initial_arrays
 
     norms = {}
     for init in ("standard", "scaled"):

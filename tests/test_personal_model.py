@@ -16,7 +16,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from devtools.reference import REPLY_RUN
-from pfedgm_app import client_app, personal_model, predict
+from pfedgm_app import client_app, node, personal_model, predict
 from pfedgm_app.config import RunConfig
 from pfedgm_app.data import ClientData, Protocol, load_client_data, to_tensor
 from pfedgm_app.federation import unavailable
@@ -183,9 +183,9 @@ def test_predict_refuses_what_the_model_cannot_take_before_predicting(tmp_path, 
 def test_a_device_keeps_its_model_in_model_dir_else_under_output_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "share"))
     cfg = RunConfig(output_dir="/runs/a")
-    assert client_app.model_dir(cfg, {"model-dir": "/dev/m"}, 7) == Path("/dev/m")
-    assert client_app.model_dir(cfg, {}, 7) == Path("/runs/a/models")
-    assert client_app.model_dir(RunConfig(), {}, 7) == tmp_path / "share/pfedgm/models/run-7"
+    assert node.model_dir(cfg, {"model-dir": "/dev/m"}, 7) == Path("/dev/m")
+    assert node.model_dir(cfg, {}, 7) == Path("/runs/a/models")
+    assert node.model_dir(RunConfig(), {}, 7) == tmp_path / "share/pfedgm/models/run-7"
 
 
 def test_a_device_that_cannot_write_its_model_dir_answers_the_query_with_why(

@@ -337,7 +337,7 @@ def test_resume_refuses_any_other_key_naming_it_and_both_values(tmp_path, common
 
 
 def test_resume_refuses_a_checkpoint_of_another_model_or_strategy_naming_it(tmp_path):
-    from pfedgm_app.server_app import resume
+    from pfedgm_app.experiment import resume
 
     method, cfg = METHODS["fedpac"], RunConfig(output_dir=str(tmp_path), resume=True)
     initial = ArrayRecord({"w": Array(np.zeros((2, 3), np.float32))})

@@ -15,8 +15,8 @@ from matplotlib.image import imread
 
 from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.data import Protocol, load_client_data
+from pfedgm_app.experiment import initial_arrays
 from pfedgm_app.methods import get_method
-from pfedgm_app.server_app import initial_arrays
 
 pytest.importorskip("sklearn", reason='the t-SNE figure needs pip install -e ".[paper]"')
 tsne = pytest.importorskip("pfedgm_app.paper.tsne")
