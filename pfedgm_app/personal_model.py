@@ -36,8 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 from torch import nn
 
 from .gaussian import PersonalizedHead
@@ -146,6 +144,8 @@ def save(
     tensors = tensors_of(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
+    from safetensors.torch import save_file  # where used: a ClientApp's import stays lean
+
     save_file(tensors, tmp, {"format": FORMAT, "model": text, "sha256": digest(tensors, text)})
     os.replace(tmp, path)
     return path
@@ -156,6 +156,8 @@ def load(path: Path | str) -> PersonalModel:
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"{path}: no such file")
+    from safetensors import SafetensorError, safe_open  # where used (a lean import)
+
     try:
         with safe_open(path, framework="pt") as f:
             header = f.metadata() or {}

@@ -127,4 +127,9 @@ def test_the_apps_clientapp_imports_no_dataset_library_until_it_decodes():
     disk cache must not pay the seconds `datasets` / flwr-datasets take to import."""
     client = _imports_after("import pfedgm_app.client_app")
     assert "torch" in client
-    assert not {"datasets", "flwr_datasets", "pyarrow", "matplotlib"} & client
+    heavy = {"datasets", "flwr_datasets", "pyarrow", "matplotlib", "safetensors", "PIL"}
+    assert not heavy & client
+    full = subprocess.run([sys.executable, "-c", "import sys, pfedgm_app.client_app; "
+                           "print(' '.join(sys.modules))"], capture_output=True, text=True,
+                          check=True).stdout.split()  # fmt: skip
+    assert not [m for m in full if m.startswith("pfedgm_app.paper")]

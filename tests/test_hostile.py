@@ -78,6 +78,7 @@ def hostile_app(folder: Path) -> Path:
     text = (ROOT / "pyproject.toml").read_text()
     text = text.replace('name = "pfedgm-app"', 'name = "pfedgm-hostile"')
     text = text.replace('clientapp = "pfedgm_app.client_app:app"', 'clientapp = "hostile:app"')
+    text = text.replace('fab-include = ["pfedgm_app/**/*.py"]', 'fab-include = ["hostile.py"]')
     assert tomllib.loads(text)["tool"]["flwr"]["app"]["components"]["clientapp"] == "hostile:app"
     folder.mkdir()
     (folder / "pyproject.toml").write_text(text)

@@ -17,7 +17,6 @@ import io
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from .blur import defocus_blur, motion_blur
 from .severities import (
@@ -112,6 +111,8 @@ def jpeg_compression(
 
     q = 80, 65, 58, 50, 40 for severities 1..5 (CIFAR-10-C).
     """
+    from PIL import Image  # where used: importing the data package stays lean
+
     quality = level(JPEG_QUALITY, severity)
     pixels = _to_uint8(x)
     out = np.empty_like(pixels)

@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from .severities import FOG, FROST, level
 from .shared import find_shared
@@ -51,6 +50,8 @@ def _frost_textures(folder: str) -> tuple[np.ndarray, ...]:
     INTER_LINEAR): at an exact 1/5 scale its sample points (i + 0.5) * 5 - 0.5 = 5i + 2 are
     whole pixels, so it is a stride-5 pick without low-pass (PIL's resize would antialias and
     soften the frost). Alpha, where present, is dropped as cv2.imread does."""
+    from PIL import Image  # where used: importing the data package stays lean
+
     textures = []
     for name in FROST_FILES:
         with Image.open(Path(folder) / name) as image:
