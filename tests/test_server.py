@@ -182,6 +182,33 @@ def test_flowers_round_loop_keeps_local_keys_and_sends_per_round_values_only():
     assert len(report.clients) == 2
 
 
+def test_a_clientapp_without_the_personalize_handler_ends_the_run_before_round_1():
+    """A library project whose ClientApp lacks `@app.train("personalize")`: Flower answers the
+    probe with its "No train function registered" error, and `start` stops in one line naming
+    the decorator, before any client trains."""
+    from flwr.app import Error
+
+    class NoHandlerGrid(TrainingGrid):
+        def send_and_receive(self, messages, timeout=None):
+            replies = []
+            for msg in messages:
+                if msg.metadata.message_type == "train.personalize":
+                    reason = ("<class 'flwr.clientapp.client_app.ClientAppException'>:<'\n"
+                              "Exception ValueError occurred. Message: No train function "
+                              "registered with name 'personalize'")  # fmt: skip
+                    replies.append(Message(Error(code=2, reason=reason), reply_to=msg))
+                else:
+                    replies += super().send_and_receive([msg], timeout)
+            return replies
+
+    grid = NoHandlerGrid({1: (0, 2), 2: (1, 2)})
+    strategy = PersonalizedFedAvg(fraction_train=1.0, min_available_nodes=2)
+    initial = ArrayRecord({"body": Array(np.zeros(2, np.float32))})
+    with pytest.raises(RuntimeError, match=r'add `@app.train\("personalize"\)`'):
+        strategy.start(grid=grid, initial_arrays=initial, num_rounds=3)
+    assert not grid.bodies  # no round trained
+
+
 def test_only_train_nodes_are_trained_and_personalize_reaches_the_nodes_given():
     """The generalization protocol's server side: nodes outside `train_nodes` never get a
     train message, and the personalize round goes to the nodes named (the unseen ones)."""

@@ -127,8 +127,30 @@ class PersonalizedFedAvg(FedAvg):
         """Raise ValueError where `arrays` cannot start this strategy's rounds (none here)."""
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord, *args, **kwargs) -> Result:
+        """Flower's rounds, after the checks that would otherwise fail only after them: the
+        initial arrays (`check_initial`) and the clients' personalize handler."""
         self.check_initial(initial_arrays)
+        self.check_personalize_handler(grid, kwargs.get("timeout", 3600))
         return super().start(grid, initial_arrays, *args, **kwargs)
+
+    def check_personalize_handler(self, grid: Grid, timeout: float = 3600) -> None:
+        """Before round 1, one node gets a `personalize_message_type` message without arrays:
+        a ClientApp with no handler for it (Flower's "No ... function registered") ends the run
+        here, in one line naming the decorator to add, not after every round has trained. Any
+        other answer (the handler failing on the empty message) passes."""
+        category, _, action = self.personalize_message_type.partition(".")
+        node = min(wait_for_nodes(grid, self.min_available_nodes, timeout=self.node_wait_timeout))
+        probe = Message(RecordDict(), message_type=self.personalize_message_type, dst_node_id=node)
+        missing = f"No {category} function registered with name '{action}'"
+        for reply in grid.send_and_receive([probe], timeout=timeout):
+            if reply.has_error() and missing in str(reply.error.reason):
+                raise RuntimeError(
+                    f"the ClientApp of node {node} has no handler for "
+                    f"'{self.personalize_message_type}', which the final personalize round "
+                    f'sends: add `@app.{category}("{action}")` '
+                    "returning `pfedgm_app.replies.personalize_reply(msg, {'accuracy': a, "
+                    "'num-test': n})` (examples/quickstart-pfedgm/README.md)"
+                )
 
     # -- training rounds ----------------------------------------------------------------------
     def configure_train(
