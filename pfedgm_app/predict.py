@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .data import to_tensor
-from .personal_model import ModelFileError, PersonalModel, load
+from .personal_model import SUFFIX, ModelFileError, PersonalModel, load
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 
@@ -109,15 +109,40 @@ def predict(
             yield path, model.classes[k], p
 
 
+def model_file(path: Path) -> Path:
+    """The personalized model `path` names: the file itself, or a run's `output-dir` (its
+    `models/` folder) holding exactly one; a run's global model or a folder of several is
+    refused in one line naming the files to choose from."""
+    folder = path / "models" if (path / "models").is_dir() else path
+    if folder.is_dir():
+        found = sorted(folder.glob(f"client-*{SUFFIX}"))
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise ModelFileError(f"{path}: no client-<id>{SUFFIX} in it; give a client's model")
+        shown = ", ".join(p.name for p in found[:5]) + (", ..." if len(found) > 5 else "")
+        raise ModelFileError(
+            f"{folder}: {len(found)} clients' models ({shown}); each device predicts with its "
+            "own: give one of them"
+        )
+    if path.suffix == ".pt":
+        raise ModelFileError(
+            f"{path}: the run's global model (Phase 1), not a device's personalized one; give "
+            f"{path.parent / 'models'}/client-<id>{SUFFIX} (a client's model) instead"
+        )
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", type=Path, help="a client's saved model (.safetensors)")
+    parser.add_argument("model", type=Path, help="a client's saved model (.safetensors), or a "
+                        "run's output-dir holding one")  # fmt: skip
     parser.add_argument("images", type=Path, nargs="+", help="image files or folders of them")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     parser.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args(argv)
     try:
-        model = load(args.model)
+        model = load(model_file(args.model))
         paths = image_files(args.images)
         check_images(paths, model.image_shape)
     except (ModelFileError, ImageError) as exc:

@@ -35,6 +35,7 @@ SHAPE, CLASSES = (1, 28, 28), ["zero", "one", "two", "three"]
 FAST = {"local-epochs": 1, "personal-epochs": 1, "finetune-epochs": 1, "fedrep-refit-epochs": 1,
         "pfedme-inner-steps": 1, "lbfgs-cycles": 1}  # fmt: skip
 HEAD_KINDS = {"pfedgm": "personalized-gaussian", "pfedfda": "lda"}  # the others: linear
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _task(n: int = 60) -> ClientTask:
@@ -178,6 +179,39 @@ def test_predict_refuses_what_the_model_cannot_take_before_predicting(tmp_path, 
     assert str(image) in out.err and why in out.err, out.err
     assert predict.main([str(image), str(tmp_path / "ok")]) == 2  # not a model file
     assert "predict: " in capsys.readouterr().err
+
+
+def test_predict_names_the_file_to_give_for_a_run_folder_or_its_global_model(tmp_path, capsys):
+    """A run's output-dir with one client's model predicts with it; with several, or given
+    the global model, one line names the files to choose from, exit 2."""
+    run = tmp_path / "run"
+    _save(run / "models" / "client-0.safetensors")
+    (run / "global_model.pt").write_bytes(b"not for predict")
+    image = _images(tmp_path / "images", 1)[0]
+    assert predict.main([str(run), str(image)]) == 0
+    assert capsys.readouterr().out.startswith(str(image))
+    _save(run / "models" / "client-1.safetensors")
+    for given, says in ((run, "client-0.safetensors, client-1.safetensors"),
+                        (run / "global_model.pt", "models/client-<id>.safetensors")):  # fmt: skip
+        assert predict.main([str(given), str(image)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+
+
+def test_the_example_images_are_classified_by_a_cifar10_model(tmp_path, capsys):
+    """examples/images (CIFAR-10 test images, the README's example): one line per image."""
+    names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
+             "truck"]  # fmt: skip
+    method = get_method("fedavg")  # a linear head: any saved kind predicts the same way
+    torch.manual_seed(0)
+    model = method.plugin().build_model((3, 32, 32), len(names))
+    path = personal_model.save(tmp_path / "client-0.safetensors", model, (3, 32, 32), names,
+                               {"method": "fedavg", "accuracy": 0.5, "run-id": 1})  # fmt: skip
+    images = ROOT / "examples" / "images"
+    assert predict.main([str(path), str(images)]) == 0
+    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [Path(line[0]).name for line in lines] == sorted(p.name for p in images.glob("*.png"))
+    assert all(line[1] in names and 0 < float(line[2]) <= 1 for line in lines)
 
 
 def test_a_device_keeps_its_model_in_model_dir_else_under_output_dir(tmp_path, monkeypatch):
