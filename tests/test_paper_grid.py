@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pfedgm_app.methods import METHODS
 from pfedgm_app.paper import cli, grid, render
 from pfedgm_app.paper.cells import curve, read_cell
 from pfedgm_app.paper.grid import TABLES, Run, runs
@@ -27,7 +28,7 @@ def test_every_column_is_a_preset_and_every_row_a_method_or_pfedgm_variant():
     for table in TABLES.values():
         assert all(column in PRESETS for column in table.columns), table.name
         for row in table.rows:
-            assert row.keys["method"] in grid.LABELS
+            assert row.keys["method"] in METHODS
             assert row.run == row.keys["method"] or row.run.startswith("pfedgm-")
 
 
@@ -105,6 +106,25 @@ def test_rendered_table_bolds_the_best_shows_the_paper_and_pairs_clients(tmp_pat
     fedavg_row = next(r for r in rows if r["row"] == "fedavg" and r["column"] == "cifar10-dir05")
     assert float(fedavg_row["gap_vs_ours"]) == pytest.approx(gap)
     assert (fedavg_row["wins"], fedavg_row["losses"]) == ("2", "1")
+
+
+def test_a_cell_of_another_protocol_is_marked_and_never_bold(tmp_path):
+    """A 4-client, 4,000-image, 1-round run beside the paper's figure: the cell says so (†
+    and a line naming each difference) and is not set in bold; the paper's protocol is not."""
+    _fake_run(tmp_path, "cifar10-dir05", "pfedgm", 0, [0.3, 0.2])
+    config = {"num-clients": 4, "pool-size": 4000, "num-server-rounds": 1, "local-epochs": 5}
+    (tmp_path / "cifar10-dir05" / "pfedgm" / "seed0" / "config.json").write_text(
+        json.dumps(config))  # fmt: skip
+    text = render.markdown(tmp_path, TABLES["standard"])
+    pfedgm = next(line for line in text.splitlines() if line.startswith("| pFedGM |"))
+    assert "†" in pfedgm and "**" not in pfedgm
+    note = next(line for line in text.splitlines() if line.startswith("† cifar10-dir05"))
+    for says in ("4 clients (paper 100)", "4,000 images pooled (paper all)", "1 rounds (paper"):
+        assert says in note
+    paper = {"num-clients": 100, "pool-size": 0, "num-server-rounds": 200, "local-epochs": 5}
+    (tmp_path / "cifar10-dir05" / "pfedgm" / "seed0" / "config.json").write_text(
+        json.dumps(paper))  # fmt: skip
+    assert "†" not in render.markdown(tmp_path, TABLES["standard"])
 
 
 def test_runtime_is_minutes_and_the_ratio_to_fedavg(tmp_path):

@@ -28,6 +28,30 @@ class Cell:
     rounds: int
     minutes: float  # wall time, training and personalization (the paper's runtime table)
     per_client: PerClient = field(repr=False)
+    differences: list[str] = field(default_factory=list)  # from the paper's protocol
+
+
+# What fixes a run's protocol, as config.json records it: (key, the paper's value, words)
+PROTOCOL = (("num-server-rounds", 200, "rounds"), ("local-epochs", 5, "local epochs"),
+            ("pool-size", 0, "images pooled"))  # fmt: skip
+
+
+def protocol_differences(config: dict, column: str) -> list[str]:
+    """How the run of `config` (its config.json) departs from the paper's protocol for the
+    preset `column`: clients, rounds, local epochs, pool size; [] when it does not."""
+    from ..presets import PRESETS
+
+    found = []
+    preset = PRESETS.get(column)
+    clients = config.get("num-clients")
+    if preset is not None and clients is not None and clients != preset.num_supernodes:
+        found.append(f"{clients} clients (paper {preset.num_supernodes})")
+    for key, paper, words in PROTOCOL:
+        value = config.get(key, paper)
+        if value != paper:
+            shown = "all" if paper == 0 else paper
+            found.append(f"{value:,} {words} (paper {shown})")
+    return found
 
 
 def seed_folders(out: Path, column: str, run: str) -> dict[int, Path]:
@@ -56,12 +80,16 @@ def read_cell(out: Path, column: str, row: Row) -> Cell | None:
     """The cell of `row` in `column`, over the seeds found; None when no run has finished."""
     folders = seed_folders(out, column, row.run)
     per_client: PerClient = {}
-    means, stds, minutes, rounds = [], [], [], set()
+    means, stds, minutes, rounds, differences = [], [], [], set(), []
     for seed, folder in folders.items():
         rows = client_rows(folder, row.metric)
         if not rows:
             continue
         summary = json.loads((folder / "summary.json").read_text())
+        config = folder / "config.json"
+        if config.exists():
+            found = protocol_differences(json.loads(config.read_text()), column)
+            differences += [d for d in found if d not in differences]
         mean, std, _ = accuracy_stats([v for v, _ in rows.values()], [w for _, w in rows.values()])
         means.append(mean), stds.append(std)
         minutes.append(summary.get("seconds_total", float("nan")) / 60)
@@ -73,7 +101,7 @@ def read_cell(out: Path, column: str, row: Row) -> Cell | None:
         raise ValueError(f"{out / column / row.run} mixes budgets {sorted(rounds)}: one per folder")
     n = len(means)
     return Cell(sum(means) / n, sum(stds) / n, sorted(folders), rounds.pop(),
-                sum(minutes) / n, per_client)  # fmt: skip
+                sum(minutes) / n, per_client, differences)  # fmt: skip
 
 
 def curve(out: Path, column: str, run: str) -> dict[int, tuple[float, float]]:

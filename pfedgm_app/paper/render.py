@@ -59,12 +59,30 @@ def cell_text(table: Table, cells: dict, row: Row, column: str, best: bool) -> s
         return text
     cell = cells.get((row.name, column))
     text = "-" if cell is None else f"{cell.mean:.2f} ({cell.std:.1f})"
-    text = f"**{text}**" if best and cell is not None else text
+    text = f"**{text}**" if best and cell is not None and not cell.differences else text
+    text += OTHER_PROTOCOL if cell is not None and cell.differences else ""
     if paper:
         text += f"<br>paper {paper[0]:.2f}" + (
             f" ({_std(paper[1])})" if paper[1] is not None else ""
         )
     return text
+
+
+OTHER_PROTOCOL = " †"  # the cell's runs depart from the paper's protocol (`protocol_lines`)
+
+
+def protocol_lines(cells: dict[tuple[str, str], Cell], columns: tuple[str, ...]) -> list[str]:
+    """One line per column whose cells' runs depart from the paper's protocol, saying how:
+    their figures are not the paper's experiment, and none of them is set in bold."""
+    lines = []
+    for column in columns:
+        found = []
+        for (_, col), cell in cells.items():
+            found += [d for d in cell.differences if col == column and d not in found]
+        if found:
+            lines.append(f"{OTHER_PROTOCOL.strip()} {column}: another protocol than the "
+                         f"paper's: {', '.join(found)}.")  # fmt: skip
+    return lines
 
 
 def _std(value: float) -> str:
@@ -92,6 +110,8 @@ def markdown(out: Path, table: Table) -> str:
             texts.append(cell_text(table, cells, row, column, best and table.kind != "runtime"))
         lines.append(f"| {row.label} | " + " | ".join(texts) + " |")
     lines += ["", budget_line(cells)]
+    if differing := protocol_lines(cells, columns):
+        lines += ["", *differing]
     if table.kind != "runtime":
         lines += ["", *paired_lines(table, cells, columns)]
         for column in columns:
