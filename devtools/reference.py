@@ -2,9 +2,10 @@
 
     python -m devtools.reference            # docs/run-config.md, methods.md, presets.md, privacy.md
 
-- `run-config.md`: every key, its default and bound (the settings groups) and its meaning
-  (`pfedgm_app.reference.MEANINGS`);
-- `methods.md`: the method registry's table (`pfedgm_app.methods.markdown_table`);
+- `run-config.md`: every key, its default, bound and meaning (the settings groups' fields,
+  formatted by `pfedgm_app.reference`);
+- `methods.md`: the method registry's table (`pfedgm_app.methods.markdown_table`) and how to
+  add a method;
 - `presets.md`: the presets' table (`pfedgm_app.presets.markdown_table`);
 - `privacy.md`: what leaves a device, from the replies the real ClientApp handlers send (every
   method in process, two MNIST clients, two rounds: a few seconds; needs the local MNIST copy,
@@ -108,15 +109,25 @@ the same pattern:
 
 ## Adding a method
 
-Write `pfedgm_app/methods/<name>.py`: a client plug-in (subclass `ClientPlugin`; declare the
-model parts it `sends`, override `train` or `personalize`; FedPer in `split.py` is one line,
-`sends = ("generator",)`, under its docstring; `personalize` returns `Personalized`, the
-metrics and the model they are of, which the device keeps: a head of a class no method used
-before declares its kind in `HEADS` of `pfedgm_app/personal_model.py`), optionally a
-`Settings` dataclass of its own keys with their bounds, and one `Method(name, plug-in, summary,
-strategy=..., settings=...)`. Add it to `REGISTERED` in `methods/__init__.py`, its keys to
-`pyproject.toml` and their meanings to `pfedgm_app/reference.py`, then run `{COMMAND}`; the
-tests say what is missing.
+Four files, edited by hand; everything else comes from the registry:
+
+1. `pfedgm_app/methods/<name>.py`: a client plug-in (subclass `ClientPlugin`; declare the
+   model parts it `sends`, override `train` or `personalize`; FedPer in `split.py` is one line,
+   `sends = ("generator",)`, under its docstring; `personalize` returns `Personalized`, the
+   metrics and the model they are of, which the device keeps: a head of a class no method used
+   before declares its kind in `HEADS` of `pfedgm_app/personal_model.py`), optionally a
+   `Settings` dataclass of its own keys (each field with its bound and its meaning:
+   `at_least`, `above` or `setting`, with `doc=`), and one `Method(name, label, plug-in,
+   summary, strategy=..., settings=...)`, `label` being the paper's name for it.
+2. `pfedgm_app/methods/__init__.py`: the method in `REGISTERED`, in the paper's table order.
+3. `pyproject.toml`: its keys with their defaults in `[tool.flwr.app.config]` (Flower refuses
+   a key it does not declare).
+4. `README.md`: its name in the method list, in the registry's order.
+
+Then `{COMMAND}` writes its row here, its keys in
+[run-config.md](run-config.md) and its replies in [privacy.md](privacy.md); `pfedgm-paper`
+names it by its `label`. The tests say what is missing; `tests/test_registry.py` adds a toy
+method this way and runs it.
 """
 
 

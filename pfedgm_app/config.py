@@ -3,10 +3,12 @@
 A run-config is Flower's flat `key-with-dashes` dict. Its keys come in groups, each a small
 frozen dataclass of `Settings`: `RunConfig` holds the keys every method uses (data protocol,
 rounds, optimizer, device, outputs); each method declares its own hyperparameters in a
-`Settings` subclass of its module (`methods/`). A field's bounds are declared beside its default
-(`at_least`, `above`, each with an optional `at_most` or `below`), so one loop checks every key
-and names it in the error; every number must also be finite. Upper bounds are generous: they
-keep a typo (an extra zero, `inf`) from starting a run that overflows or never ends.
+`Settings` subclass of its module (`methods/`). A field's bounds and meaning are declared beside
+its default (`at_least`, `above`, each with an optional `at_most` or `below`; `setting` for a
+field without bounds; each with `doc`, the key's meaning in docs/run-config.md), so one loop
+checks every key and names it in the error; every number must also be finite. Upper bounds are
+generous: they keep a typo (an extra zero, `inf`) from starting a run that overflows or never
+ends.
 """
 
 from __future__ import annotations
@@ -27,22 +29,39 @@ class ConfigError(ValueError):
     """A run-config value that cannot work; the message says which key and what to do."""
 
 
+def setting(default: Any, *, doc: str) -> Any:
+    """A dataclass field without bounds; `doc` is its key's meaning (docs/run-config.md)."""
+    return field(default=default, metadata={"doc": doc})
+
+
 def at_least(
-    low: float, default: Any, *, at_most: float | None = None, below: float | None = None
+    low: float,
+    default: Any,
+    *,
+    at_most: float | None = None,
+    below: float | None = None,
+    doc: str = "",
 ) -> Any:
-    """A dataclass field whose value must be >= `low` (and <= `at_most`, or < `below`)."""
-    return field(default=default, metadata=_bounds(min=low, max=at_most, lt=below))
+    """A dataclass field whose value must be >= `low` (and <= `at_most`, or < `below`); `doc`
+    is its key's meaning."""
+    return field(default=default, metadata=_metadata(doc, min=low, max=at_most, lt=below))
 
 
 def above(
-    low: float, default: Any, *, at_most: float | None = None, below: float | None = None
+    low: float,
+    default: Any,
+    *,
+    at_most: float | None = None,
+    below: float | None = None,
+    doc: str = "",
 ) -> Any:
-    """A dataclass field whose value must be > `low` (and <= `at_most`, or < `below`)."""
-    return field(default=default, metadata=_bounds(gt=low, max=at_most, lt=below))
+    """A dataclass field whose value must be > `low` (and <= `at_most`, or < `below`); `doc`
+    is its key's meaning."""
+    return field(default=default, metadata=_metadata(doc, gt=low, max=at_most, lt=below))
 
 
-def _bounds(**bounds: float | None) -> dict[str, float]:
-    return {name: value for name, value in bounds.items() if value is not None}
+def _metadata(doc: str, **bounds: float | None) -> dict[str, Any]:
+    return {"doc": doc, **{name: value for name, value in bounds.items() if value is not None}}
 
 
 BOUNDS = {"min": (operator.ge, ">="), "gt": (operator.gt, ">"), "max": (operator.le, "<="),
@@ -53,8 +72,8 @@ BOUNDS = {"min": (operator.ge, ">="), "gt": (operator.gt, ">"), "max": (operator
 class Settings:
     """A group of run-config keys: field `name` is key `<prefix>-name` (`lambda_` is `lambda`).
 
-    Subclasses add fields (with `at_least` / `above` bounds where a bound applies) and override
-    `validate` for checks a bound cannot say.
+    Subclasses add fields (`at_least` / `above` where a bound applies, else `setting`, each with
+    its key's meaning as `doc`) and override `validate` for checks a bound cannot say.
     """
 
     prefix: ClassVar[str] = ""
@@ -68,6 +87,11 @@ class Settings:
     def keys(cls) -> dict[str, Any]:
         """{run-config key: default} of this group."""
         return {cls.key(f.name): f.default for f in fields(cls)}
+
+    @classmethod
+    def meanings(cls) -> dict[str, str]:
+        """{run-config key: its meaning, the field's `doc` ('' where it declares none)}."""
+        return {cls.key(f.name): f.metadata.get("doc", "") for f in fields(cls)}
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> Self:
@@ -105,45 +129,106 @@ class Settings:
 class RunConfig(Settings):
     """The keys every method shares, with the paper's defaults (Sec. Training Setup)."""
 
-    preset: str = ""  # presets.py: a paper table's keys in place of the defaults
-    method: str = "pfedgm"
-    dataset: str = "uoft-cs/cifar10"
-    classes: str = ""  # the model's classes in order, 'a,b,...'; empty: the dataset's (data/labels)
-    dirichlet_alpha: float = above(0, 0.5, at_most=1e6)  # beyond: IID within sampling noise
-    num_server_rounds: int = at_least(0, 200, at_most=100_000)  # 0: personalize initial-model
-    initial_model: str = ""  # a run's output-dir or global_model.pt to start from
-    fraction_train: float = above(0, 0.3, at_most=1)  # q: a share of the clients
-    local_epochs: int = at_least(1, 5, at_most=10_000)  # the paper: 5; 10^4 is a typo
-    batch_size: int = at_least(1, 50, at_most=10**6)  # more than a client holds: one batch
-    learning_rate: float = above(0, 0.01, at_most=100)  # SGD diverges long before 100
-    momentum: float = at_least(0, 0.5, below=1)  # at 1 the velocity never decays
-    weight_decay: float = at_least(0, 5e-4, at_most=1)  # the paper 5e-4; > 1 outweighs any loss
-    min_train_samples: int = at_least(1, 50, at_most=10**7)  # more than any dataset holds
-    test_fraction: float = above(0, 0.2, at_most=0.9)  # a client keeps >= 10% to train on
-    validation_fraction: float = at_least(0, 0.0, at_most=0.9)  # > 0: evaluate on a split of
-    # the train set; at most 0.9, so that >= 10% of it remains to train on
-    pool_size: int = at_least(0, 0, at_most=10**9)  # beyond any dataset: all samples
-    corruption: str = "none"  # one of CORRUPTION_ASSIGNMENTS
-    frost_dir: str = ""  # frost textures; empty: the first <ancestor>/shared/data/frost
-    protocol: str = "standard"  # one of PROTOCOLS
-    eval_every: int = at_least(0, 0, at_most=100_000)  # every N rounds; 0: at the end; as rounds
-    seed: int = at_least(0, 0, at_most=2**32 - 1)  # numpy's seeding limit
-    device: str = "auto"
-    client_threads: int = at_least(0, 0, at_most=4096)  # more than any machine's cores
+    # a field, its bound and its meaning (docs/run-config.md) in a few lines each
+    # fmt: off
+    preset: str = setting("", doc="a preset's name (docs/presets.md) or the path of a TOML "
+        "file: its keys replace the defaults; a key given with a non-default value wins")
+    method: str = setting("pfedgm", doc="one of the methods of docs/methods.md")
+    dataset: str = setting("uoft-cs/cifar10", doc="hub id (`uoft-cs/cifar10`, "
+        "`uoft-cs/cifar100`, `ylecun/mnist`, `flwrlabs/femnist`, `zh-plus/tiny-imagenet`), "
+        "`shared:<folder>` (the first `<ancestor>/shared/data/<folder>` above the working "
+        "directory) or a local path: a folder of parquet splits with the hub schema, or an image "
+        "folder (one subfolder per class, optionally inside `train/` and `test/`). The backbone "
+        "follows the images: 28 px grayscale (EMNIST CNN), 32 px color (CIFAR CNN), 64 px color "
+        "(TinyImageNet CNN)")
+    classes: str = setting("", doc="the model's classes in order, comma-separated "
+        "(`'cat,dog,bird'`); empty: the `dataset`'s. Every client's labels are mapped onto it by "
+        "name, so devices holding only some classes agree with the model")  # data/labels
+    dirichlet_alpha: float = above(0, 0.5, at_most=1e6,  # beyond: IID within sampling noise
+        doc="Dir(alpha) label skew over the pooled train+test images")
+    num_server_rounds: int = at_least(0, 200, at_most=100_000, doc="Phase 1 rounds; 0 (with "
+        "`initial-model` only): no training, the personalize round alone, on the SuperNodes "
+        "connected now")
+    initial_model: str = setting("", doc="a finished run's `output-dir` (or its "
+        "`global_model.pt`, with its `config.json` beside it) to start from instead of a random "
+        "model; refused before any message when its method, classes, image shape or class count "
+        "differ from this run's. With `num-server-rounds=0`, devices that joined after training "
+        "get their personalized models without any client training again (deploy/README.md)")
+    fraction_train: float = above(0, 0.3, at_most=1,  # a share of the clients
+        doc="participation rate q")
+    local_epochs: int = at_least(1, 5, at_most=10_000,  # the paper: 5; 10^4 is a typo
+        doc="local epochs per round")
+    batch_size: int = at_least(1, 50, at_most=10**6,  # more than a client holds: one batch
+        doc="mini-batch size")
+    learning_rate: float = above(0, 0.01, at_most=100,  # SGD diverges long before 100
+        doc="SGD learning rate")
+    momentum: float = at_least(0, 0.5, below=1,  # at 1 the velocity never decays
+        doc="SGD momentum")
+    weight_decay: float = at_least(0, 5e-4, at_most=1,  # the paper 5e-4; > 1 outweighs any loss
+        doc="SGD weight decay")
+    min_train_samples: int = at_least(1, 50, at_most=10**7,  # more than any dataset holds
+        doc="every client gets at least this many training samples (the partition resamples "
+        "until it holds)")
+    test_fraction: float = above(0, 0.2, at_most=0.9,  # a client keeps >= 10% to train on
+        doc="each client's test split (0.2: 80/20)")
+    validation_fraction: float = at_least(0, 0.0, at_most=0.9,  # >= 10% remains to train on
+        doc="for studies that choose a reading: v > 0 takes ceil(v n) of each client's n "
+        "training samples (seeded) as a validation set, trains on the rest and reports accuracy "
+        "on the validation set in place of the test set, which the run never reads")
+    pool_size: int = at_least(0, 0, at_most=10**9,  # beyond any dataset: all samples
+        doc="0: all pooled samples (the paper); N > 0: a seeded random subset of N samples, for "
+        "quick runs")
+    corruption: str = setting("none", doc="CIFAR-10S / CIFAR-100S: `50C` gives client i < 50 "
+        "the i-th of the 50 (corruption, severity) pairs of CIFAR-10-C, the rest stay clean; "
+        "`100C` gives clients 2j and 2j+1 pair j; corrupted images are cached in "
+        "`$PFEDGM_CACHE_DIR` (default `~/.cache/pfedgm`)")  # one of CORRUPTION_ASSIGNMENTS
+    frost_dir: str = setting("", doc="folder of the frost textures of the CIFAR-10-C generator; "
+        "empty: the first `<ancestor>/shared/data/frost` above the working directory")
+    protocol: str = setting("standard", doc="`generalization`: the paper's new-client protocol: "
+        "Phase 1 trains 90% of the clean half of the clients, Phase 2 evaluates the unseen clean "
+        "and corrupted clients per type (`accuracy_by_type`)")  # one of PROTOCOLS
+    eval_every: int = at_least(0, 0, at_most=100_000,  # as rounds
+        doc="N > 0: each method's own Phase 2 on every client after every N-th round (clients "
+        "keep nothing of it), in `rounds.jsonl` and `accuracy.png`; costs one personalize round "
+        "each time")
+    seed: int = at_least(0, 0, at_most=2**32 - 1,  # numpy's seeding limit
+        doc="partition, split, initialization, client sampling")
+    device: str = setting("auto", doc="`auto`, `cpu`, `cuda` or `cuda:N`")
+    client_threads: int = at_least(0, 0, at_most=4096,  # more than any machine's cores
+        doc="torch threads per ClientApp; 0: the CPU share Ray assigns")
     # seconds, finite: a wait without end is a stall (10^7 s: four months)
-    node_wait_timeout: float = above(0, 120.0, at_most=1e7)
-    round_timeout: float = above(0, 3600.0, at_most=1e7)
-    messages_in_flight: int = at_least(-1, 0, at_most=10**6)  # WindowedGrid's; 0: all; -1: auto
-    resume: bool = False  # continue the run in output-dir from its last checkpoint
-    min_nodes: int = at_least(0, 0, at_most=10**6)  # N > 0: start with N SuperNodes, take in
-    # later ones; at most a million, far beyond any federation
-    client_state_dir: str = ""  # clients also keep their arrays in files here (resume)
-    output_dir: str = ""
+    node_wait_timeout: float = above(0, 120.0, at_most=1e7, doc="before round 1: seconds "
+        "without a new SuperNode answering after which the run stops")
+    round_timeout: float = above(0, 3600.0, at_most=1e7,
+        doc="seconds to wait for the replies of one round")
+    messages_in_flight: int = at_least(-1, 0, at_most=10**6, doc="N > 0: at most N messages "
+        "unanswered at a time, the next pushed as replies arrive (`strategies.WindowedGrid`); 0: "
+        "all of a round at once; -1: auto (twice the cores in a simulation, 0 in a deployment). "
+        "Results are the same either way")
+    resume: bool = setting(False, doc="`true`: continue the stopped run in `output-dir` from "
+        "its last `checkpoint.pt` (docs/outputs.md)")
+    min_nodes: int = at_least(0, 0, at_most=10**6,  # far beyond any federation
+        doc="0: every partition's SuperNode must answer before round 1; N > 0 (devices that "
+        "come and go): start once N answered, take in later ones, leave out of a round a node "
+        "that fails in it (deploy/README.md)")
+    client_state_dir: str = setting("", doc="a folder where each client also keeps the arrays "
+        "its method keeps between rounds, so that stateful methods resume exactly; empty: "
+        "SuperNode memory only")
+    output_dir: str = setting("", doc="where outputs go (an absolute path); empty: "
+        "`outputs/<time>-<method>` in the managed SuperLink's directory")
     # what the server trusts of a reply (docs/robustness.md, strategies/robust.py)
-    aggregation: str = "mean"  # one of AGGREGATIONS: FedAvg, or Flower's trimmed mean / median
-    trim_fraction: float = at_least(0, 0.2, below=0.5)  # trimmed-mean's cut at each end
-    clip_ratio: float = at_least(0, 10.0, at_most=1e6)  # updates beyond x median norm: clipped
-    weight_ratio: float = above(0, 20.0, at_most=1e6)  # a weight at most x the median report
+    aggregation: str = setting("mean", doc="how the round's updates are combined "
+        "(docs/robustness.md): `mean` (FedAvg, weighted), `trimmed-mean` (Flower's "
+        "FedTrimmedAvg) or `median` (FedMedian)")  # one of AGGREGATIONS
+    trim_fraction: float = at_least(0, 0.2, below=0.5,  # at each end: below half, some remain
+        doc="`trimmed-mean`: the share of the replies cut at each end, per coordinate")
+    clip_ratio: float = at_least(0, 10.0, at_most=1e6, doc="an update whose norm exceeds this "
+        "many times the round's median update norm is scaled down to it (0: no clipping; at "
+        "least 3 replies)")
+    weight_ratio: float = above(0, 20.0, at_most=1e6, doc="a client counts at most this many "
+        "times the median size the clients reported at query (its weight in the mean, its test "
+        "size in the personalized mean)")
+    # fmt: on
 
     def validate(self, run: RunConfig | None = None) -> None:
         super().validate(self)

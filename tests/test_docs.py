@@ -11,8 +11,7 @@ import pytest
 
 from devtools import results_md
 from devtools.reference import COMMAND, pages
-from pfedgm_app.methods import METHODS, markdown_table, run_config_keys
-from pfedgm_app.reference import MEANINGS
+from pfedgm_app.methods import METHODS, markdown_table, settings_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -30,7 +29,8 @@ PAGES = [
 @pytest.mark.parametrize("name", sorted(pages()))
 def test_reference_pages_are_current(name):
     """docs/run-config.md, methods.md and presets.md equal what the registry, the settings
-    groups, `MEANINGS` and the presets give now (docs/privacy.md: test_deploy_security)."""
+    groups (defaults, bounds, meanings) and the presets give now (docs/privacy.md:
+    test_deploy_security)."""
     path = DOCS / name
     assert path.exists() and path.read_text() == pages()[name], (
         f"docs/{name} is out of date: run `{COMMAND}`"
@@ -54,12 +54,12 @@ def test_a_block_takes_its_files_text(tmp_path):
     )
 
 
-def test_every_run_config_key_has_exactly_one_meaning():
-    keys = set(run_config_keys())
-    missing, stale = sorted(keys - set(MEANINGS)), sorted(set(MEANINGS) - keys)
-    assert missing == [], f"describe these keys in pfedgm_app/reference.py MEANINGS: {missing}"
-    assert stale == [], f"MEANINGS describes keys that no longer exist: {stale}"
-    assert all(m.strip() and "\n" not in m for m in MEANINGS.values())
+def test_every_run_config_key_has_a_one_line_meaning():
+    """Each settings field declares its key's meaning (`doc=`), one line of the table."""
+    meanings = {k: m for group in settings_groups() for k, m in group.meanings().items()}
+    missing = sorted(k for k, m in meanings.items() if not m.strip())
+    assert missing == [], f"give these keys' fields a doc= (config.setting, at_least): {missing}"
+    assert [k for k, m in meanings.items() if "\n" in m] == [], "one line each"
 
 
 def test_the_method_table_has_one_row_per_registered_method():
@@ -99,7 +99,10 @@ def test_the_readme_is_a_door():
     assert "\npython -m pytest -q\n" in readme
     for page in ("docs/run-config.md", "docs/methods.md", "docs/presets.md", "deploy/README.md"):
         assert f"]({page}" in readme, page
-    assert [m for m in METHODS if f"`{m}`" not in readme] == [], "list new methods in README"
+    listed = readme.split("**Methods**", 1)[1].split("**Presets**", 1)[0].split("):", 1)[1]
+    assert re.findall(r"`([\w-]+)`", listed) == list(METHODS), (
+        f"README.md's method list must name the registered methods in order: {list(METHODS)}"
+    )
     paths = re.findall(r"^\| `([\w./*-]+/[\w./*-]*)` \|", readme, flags=re.M)  # the map
     assert len(paths) > 20
     assert [p for p in paths if not list(ROOT.glob(p.rstrip("/")))] == [], "update the map"

@@ -1,9 +1,10 @@
 """The method registry: every method is declared once, in its own module, as a `Method` (its
-`method` key, client plug-in, server strategy, hyperparameters, summary), and listed here.
+`method` key, the paper's name, client plug-in, server strategy, hyperparameters with their
+meanings, summary), and listed here.
 
 Run-config parsing, the strategy the ServerApp builds, the `pyproject.toml` keys (checked by a
-test) and the method table of docs/methods.md (`python -m pfedgm_app.methods`) all come from
-`METHODS`.
+test), the rows of the paper's tables (`paper.grid`), the method table of docs/methods.md
+(`python -m pfedgm_app.methods`) and the keys of docs/run-config.md all come from `METHODS`.
 """
 
 from __future__ import annotations

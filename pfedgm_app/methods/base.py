@@ -183,12 +183,14 @@ class ClientPlugin:
 
 @dataclass(frozen=True)
 class Method:
-    """A method, declared once: its `method` key, its client plug-in, a one-line summary, its
-    server strategy (any `PersonalizedFedAvg`) and its own hyperparameters. What leaves its
-    clients (`sends`) and whether they keep arrays (`keeps_state`) come from the plug-in.
+    """A method, declared once: its `method` key, the paper's name for it (`label`, the row of
+    `pfedgm-paper`'s tables), its client plug-in, a one-line summary, its server strategy (any
+    `PersonalizedFedAvg`) and its own hyperparameters. What leaves its clients (`sends`) and
+    whether they keep arrays (`keeps_state`) come from the plug-in.
     """
 
     name: str
+    label: str
     client: type[ClientPlugin]
     summary: str
     strategy: type[PersonalizedFedAvg] = PersonalizedFedAvg

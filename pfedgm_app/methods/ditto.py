@@ -24,8 +24,9 @@ PERSONAL = "ditto-personal"  # ClientState name of the personal model (never sen
 @dataclass(frozen=True)
 class DittoSettings(Settings):
     prefix = "ditto"
-    mu: float = at_least(0, 1.0, at_most=1e4)  # proximal weight, 1.0 as tuned in the paper;
-    # at 10^4 v is w already
+    # 1.0 as tuned in the paper; at 10^4 v is w already
+    mu: float = at_least(0, 1.0, at_most=1e4,
+        doc="proximal weight mu of the personal model's term mu/2 ||v - w||^2")  # fmt: skip
 
 
 class DittoClient(ClientPlugin):
@@ -69,6 +70,7 @@ class DittoClient(ClientPlugin):
 
 DITTO = Method(
     "ditto",
+    "Ditto",
     DittoClient,
     "Ditto (Li et al., ICML 2021): FedAvg global model + a personal model trained with the "
     "proximal term mu/2 ‖v − w‖² (`ditto-mu`, 1.0); evaluated with the personal model",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import ConfigError, RunConfig, Settings, at_least
+from ..config import ConfigError, RunConfig, Settings, at_least, setting
 from ..models import Model
 from ..training import frozen, supervised_step
 from .base import ClientPlugin, ClientTask, Method, Personalized, accuracy_on_test
@@ -21,8 +21,12 @@ class FineTune(Settings):
     """Local fine-tuning at the end (FedAvgFT, FedBABU): `finetune-epochs` of the whole model
     (`finetune-part=model`) or of the head alone (`head`, the body frozen)."""
 
-    finetune_epochs: int = at_least(0, 5, at_most=10_000)  # 10^4 epochs is a typo
-    finetune_part: str = "model"
+    # fmt: off
+    finetune_epochs: int = at_least(0, 5, at_most=10_000,  # 10^4 epochs is a typo
+        doc="local fine-tuning epochs at the end")
+    finetune_part: str = setting("model", doc="what they tune: `model` (body and head, as "
+        "FedBABU's authors) or `head` (the body frozen)")
+    # fmt: on
 
     def validate(self, run: RunConfig) -> None:
         super().validate(run)
@@ -70,17 +74,20 @@ class LocalClient(ClientPlugin):
 
 FEDAVG = Method(
     "fedavg",
+    "FedAvg",
     FedAvgClient,
     "FedAvg (McMahan et al., 2017): the global model evaluated on each client's test split",
 )
 FEDAVGFT = Method(
     "fedavgft",
+    "FedAvgFT",
     FedAvgFTClient,
     "FedAvg, then `finetune-epochs` (5) local epochs of the whole model on each client",
     settings=FineTune,
 )
 LOCAL = Method(
     "local",
+    "Local",
     LocalClient,
     "no communication: each client trains its own model `local-epochs` whenever sampled",
 )

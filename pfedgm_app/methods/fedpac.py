@@ -51,9 +51,14 @@ def feature_statistics(
 @dataclass(frozen=True)
 class FedPACSettings(Settings):
     prefix = "fedpac"
-    lambda_: float = at_least(0, 1.0, at_most=1e4)  # feature alignment's weight (the paper: 1)
-    head_epochs: int = at_least(1, 1, at_most=10_000)  # 10^4 epochs is a typo
-    head_learning_rate: float = above(0, 0.1, at_most=100)  # SGD diverges long before 100
+    # fmt: off
+    lambda_: float = at_least(0, 1.0, at_most=1e4,  # the paper: 1
+        doc="weight of the feature alignment (MSE to the global class prototypes)")
+    head_epochs: int = at_least(1, 1, at_most=10_000,  # 10^4 epochs is a typo
+        doc="head epochs before the `local-epochs` body epochs of each round")
+    head_learning_rate: float = above(0, 0.1, at_most=100,  # SGD diverges long before 100
+        doc="learning rate of those head epochs")
+    # fmt: on
 
 
 class FedPACClient(ClientPlugin):
@@ -109,6 +114,7 @@ class FedPACClient(ClientPlugin):
 
 FEDPAC = Method(
     "fedpac",
+    "FedPAC",
     FedPACClient,
     "FedPAC (Xu et al., ICLR 2023): `fedpac-head-epochs` (1) head epochs at "
     "`fedpac-head-learning-rate` (0.1), then `local-epochs` body epochs on CE + `fedpac-lambda` "

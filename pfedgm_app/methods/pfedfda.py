@@ -156,8 +156,9 @@ def _mix(beta, mu, cov, global_mu, global_cov):
 @dataclass(frozen=True)
 class PFedFDASettings(Settings):
     prefix = "pfedfda"
-    cv_folds: int = at_least(2, 2, at_most=100)  # of the cross-validation picking the betas;
     # each fold costs an L-BFGS fit (the authors: 2)
+    cv_folds: int = at_least(2, 2, at_most=100,
+        doc="folds of the cross-validation that picks the interpolation coefficients")  # fmt: skip
 
 
 class PFedFDAClient(ClientPlugin):
@@ -211,6 +212,7 @@ class PFedFDAClient(ClientPlugin):
 
 PFEDFDA = Method(
     "pfedfda",
+    "pFedFDA",
     PFedFDAClient,
     "pFedFDA (McLaughlin et al., NeurIPS 2024): body trained under a fixed LDA head built from "
     "the global class means and shared covariance; local statistics interpolated with the "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import ConfigError, Settings, above, at_least
+from ..config import ConfigError, Settings, above, at_least, setting
 from ..gaussian import NAVIGATOR_INITS, OBJECTIVE_SCALES, PROTOTYPE_STEPS, GaussianHead
 from ..models import Model, build_model
 from ..phases import (
@@ -40,24 +40,52 @@ class PFedGMSettings(Settings):
 
     # upper bounds: far beyond the paper's values (lambda 1, epochs 5, rates 0.05, L-BFGS 10 x 5)
     # and what converges (SGD diverges long before a rate of 100), short of a run without end
-    lambda_: float = at_least(0, 1.0, at_most=1e4)
-    personal_epochs: int = at_least(0, 5, at_most=10_000)
-    personal_learning_rate: float = above(0, 0.05, at_most=100)
-    lbfgs_learning_rate: float = above(0, 0.05, at_most=100)
-    lbfgs_max_iter: int = at_least(1, 10, at_most=10_000)
-    lbfgs_cycles: int = at_least(0, 5, at_most=10_000)
-    navigator_init: str = "standard"
-    adaptation: str = "finetune-lbfgs"
-    personalized_objective: bool = True
-    decoupling: str = "gm-d"
+    # fmt: off
+    lambda_: float = at_least(0, 1.0, at_most=1e4, doc="weight of the personalized objective "
+        "R_c (also in zeta of Eq. LossC)")
+    personal_epochs: int = at_least(0, 5, at_most=10_000,
+        doc="Phase 2: SGD epochs fine-tuning the personalized head")
+    personal_learning_rate: float = above(0, 0.05, at_most=100,
+        doc="Phase 2: their learning rate")
+    lbfgs_learning_rate: float = above(0, 0.05, at_most=100,
+        doc="Phase 2: L-BFGS learning rate on the biases")
+    lbfgs_max_iter: int = at_least(1, 10, at_most=10_000,
+        doc="Phase 2: L-BFGS iterations per cycle")
+    lbfgs_cycles: int = at_least(0, 5, at_most=10_000,
+        doc="Phase 2: L-BFGS cycles (0 skips the refinement)")
+    navigator_init: str = setting("standard", doc="scale of mu^0 in psi^0: `standard` N(0, 1) "
+        "per coordinate (Algorithm 1 read literally), `scaled` N(0, 1/d)")
+    adaptation: str = setting("finetune-lbfgs", doc="Phase 2, the classifier-adaptation "
+        "ablation: the head saved and reported as `accuracy`. `finetune-lbfgs` (GA, pFedGM) "
+        "fine-tunes Eq. LossC then L-BFGS on the biases; `finetune` (FA) stops before L-BFGS; "
+        "`none` (NA) keeps the global Gaussian classifier (psi*, nu*) with its covariance, no "
+        "local term")
+    personalized_objective: bool = setting(True, doc="false: the NPO ablation, Phase 1 trains "
+        "on H alone (no R_c, no prototypes); unlike lambda = 0, Phase 2 keeps zeta, which lambda "
+        "scales (2 lambda/d A_c)")
+    decoupling: str = setting("gm-d", doc="Phase 1, the decoupling ablation: `gm-d` (G.M.+D., "
+        "pFedGM) navigator on Eq. LossH with nu co-updated; `gm-c` (G.M.-C.) navigator alone, A "
+        "stays E; `gm` (G.M.) one Gaussian classifier, H with covariance trained on phi, mu, b "
+        "and A jointly")
     # Phase 1's open readings (RESULTS.md, "Phase 1's open readings"), each the first reading
-    prototype_step: str = "epoch"
-    objective_scale: str = "mean"
-    navigator_lr_scale: float = above(0, 1.0, at_most=1e3)  # of a rate of at most 100 already
-    head_weight_decay: str = "mu,b"
-    covariance_average: str = "precision"
-    bias_average: str = "arithmetic"
-    rc_input: str = "before-dropout"
+    prototype_step: str = setting("epoch", doc="Phase 1, Algorithm 1's prototype step size "
+        '("with a stepsize"): `epoch` n_k(batch)/N_k(client), a moving average over about an '
+        "epoch; `batch` 1, the batch's class mean; `none` 0, the round-start means")
+    objective_scale: str = setting("mean", doc="the scale of R_c (Eq. LossR) and zeta (Eq. "
+        "LossC): `mean` with their 1/d as printed; `sum` without it, on the scale of H's sum "
+        "over the d coordinates")
+    navigator_lr_scale: float = above(0, 1.0, at_most=1e3,  # of a rate of at most 100 already
+        doc="Phase 1: mu and b train at learning-rate times this")
+    head_weight_decay: str = setting("mu,b", doc="Phase 1: the head parameters weight-decay "
+        "reaches, a comma-separated subset of mu,b,A (empty: none)")
+    covariance_average: str = setting("precision", doc="server: A averaged as `precision` (the "
+        "arrays as sent) or as `covariance` (the mean of A^-1, inverted back)")
+    bias_average: str = setting("arithmetic", doc="server: b averaged as sent (`arithmetic`) or "
+        "as `mixture` weights (the log of the mean of exp b)")
+    rc_input: str = setting("before-dropout", doc="Phase 1, where a dropout precedes the "
+        "navigator (TinyImageNet): R_c reads z `before-dropout` (the paper, Sec. Model Setup) or "
+        "`after-dropout`")
+    # fmt: on
 
     def validate(self, run) -> None:
         super().validate(run)
@@ -132,6 +160,7 @@ class PFedGMClient(ClientPlugin):
 
 PFEDGM = Method(
     "pfedgm",
+    "pFedGM",
     PFedGMClient,
     "pFedGM (this paper): Phase 1 as Algorithm 1, Phase 2 personalized head + L-BFGS biases",
     strategy=PFedGM,

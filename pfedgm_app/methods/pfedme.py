@@ -43,13 +43,19 @@ PERSONAL = "pfedme-personal"  # ClientState name of theta (never sent)
 @dataclass(frozen=True)
 class PFedMeSettings(Settings):
     prefix = "pfedme"
-    lambda_: float = at_least(0, 5.0, at_most=1e4)  # Moreau weight, as tuned in the paper
-    inner_steps: int = at_least(1, 5, at_most=10_000)  # K; the paper: 5
-    personal_learning_rate: float = above(0, 0.01, at_most=100)  # diverges long before 100
-    # ||grad h|| at which the inner solve stops early (0: never); beyond 10^6 a typo
-    tolerance: float = at_least(0, 0.0, at_most=1e6)
-    # R mini-batches per round; 0: `local-epochs` epochs; 10^6 batches is a typo
-    local_batches: int = at_least(0, 0, at_most=10**6)
+    # fmt: off
+    lambda_: float = at_least(0, 5.0, at_most=1e4,
+        doc="Moreau-envelope weight lambda (as the paper tuned it)")
+    inner_steps: int = at_least(1, 5, at_most=10_000,  # K; the paper: 5
+        doc="inner steps per batch on the personal model theta")
+    personal_learning_rate: float = above(0, 0.01, at_most=100,  # diverges long before 100
+        doc="step size of the inner steps")
+    tolerance: float = at_least(0, 0.0, at_most=1e6,  # ||grad h||; beyond 10^6 a typo
+        doc="gradient norm at which the inner solve stops early (0: never)")
+    local_batches: int = at_least(0, 0, at_most=10**6,  # 10^6 batches is a typo
+        doc="0: `local-epochs` epochs a round (the paper's protocol); R > 0: R mini-batches a "
+        "round (the authors': 20)")
+    # fmt: on
 
 
 def moreau_step_(
@@ -165,6 +171,7 @@ class PFedMeClient(ClientPlugin):
 
 PFEDME = Method(
     "pfedme",
+    "pFedMe",
     PFedMeClient,
     "pFedMe (Dinh et al., NeurIPS 2020): per batch, the Moreau-envelope inner problem on the "
     "personal model theta (`pfedme-inner-steps` (5) steps at `pfedme-personal-learning-rate` "

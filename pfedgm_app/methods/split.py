@@ -26,8 +26,10 @@ class FedPerClient(ClientPlugin):
 @dataclass(frozen=True)
 class LGFedAvgSettings(Settings):
     prefix = "lgfedavg"
-    # of num-server-rounds run as FedAvg before the split; below 1, so that the split happens
-    warmup_fraction: float = at_least(0, 0.5, below=1)
+    # below 1, so that the split happens
+    warmup_fraction: float = at_least(0, 0.5, below=1, doc="the fraction of `num-server-rounds` "
+        "run as FedAvg (every layer global) before the split into global convolutions and local "
+        "fully connected layers")  # fmt: skip
 
     def warm(self, task: ClientTask) -> bool:
         """Whether this round is one of the FedAvg rounds before the split."""
@@ -87,8 +89,13 @@ class FedRepSettings(Settings):
     epochs, each round; `fedrep-refit-epochs` head epochs on the final body at the end."""
 
     prefix = "fedrep"
-    head_epochs: int = at_least(1, 1, at_most=10_000)  # PFLlib's plocal_epochs (the paper's)
-    refit_epochs: int = at_least(0, 10, at_most=10_000)  # the authors' max(10, local_ep - rep_ep)
+    # fmt: off
+    head_epochs: int = at_least(1, 1, at_most=10_000, doc="head epochs, body fixed, before the "
+        "`local-epochs` body epochs of each round (1: PFLlib's `plocal_epochs`, the paper's "
+        "FedRep cost; the authors' CIFAR scripts: 10)")
+    refit_epochs: int = at_least(0, 10, at_most=10_000, doc="head epochs of the final refit on "
+        "the final body (the authors' max(10, .))")  # max(10, local_ep - rep_ep)
+    # fmt: on
 
 
 class FedRepClient(ClientPlugin):
@@ -125,11 +132,13 @@ class FedRepClient(ClientPlugin):
 
 FEDPER = Method(
     "fedper",
+    "FedPer",
     FedPerClient,
     "FedPer (Arivazhagan et al., 2019): global body, local head (never sent)",
 )
 LGFEDAVG = Method(
     "lgfedavg",
+    "LG-FedAvg",
     LGFedAvgClient,
     "LG-FedAvg (Liang et al., 2020): after `lgfedavg-warmup-fraction` (0.5) of the rounds as "
     "FedAvg, global convolution layers, local fully connected layers (never sent)",
@@ -137,6 +146,7 @@ LGFEDAVG = Method(
 )
 FEDBABU = Method(
     "fedbabu",
+    "FedBABU",
     FedBABUClient,
     "FedBABU (Oh et al., ICLR 2022): body trained with the randomly initialized head fixed; "
     "the whole model fine-tuned `finetune-epochs` (5) per client at the end",
@@ -144,6 +154,7 @@ FEDBABU = Method(
 )
 FEDREP = Method(
     "fedrep",
+    "FedRep",
     FedRepClient,
     "FedRep (Collins et al., ICML 2021): per round, `fedrep-head-epochs` (1) head epochs with "
     "the body fixed, then `local-epochs` body epochs with the head fixed; only the body is sent; "

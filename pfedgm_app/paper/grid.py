@@ -42,19 +42,13 @@ class Table:
     kind: str = "accuracy"  # "accuracy", "runtime" (minutes), "curve" (accuracy per round)
 
 
-# The methods as the paper's tables name them, in its row order (`METHODS` keys).
-LABELS = {"local": "Local", "fedavg": "FedAvg", "fedavgft": "FedAvgFT", "ditto": "Ditto",
-          "fedbabu": "FedBABU", "fedpac": "FedPAC", "fedrep": "FedRep", "lgfedavg": "LG-FedAvg",
-          "fedper": "FedPer", "pfedme": "pFedMe", "pfedfda": "pFedFDA",
-          "pfedgm": "pFedGM"}  # fmt: skip
-
-
 def method_row(method: str) -> Row:
-    return Row(method, LABELS[method], method, {"method": method})
+    """A registered method's row, named as the paper's tables name it (`Method.label`)."""
+    return Row(method, METHODS[method].label, method, {"method": method})
 
 
 PFEDGM = method_row("pfedgm")
-ALL_METHODS = tuple(method_row(m) for m in METHODS)
+ALL_METHODS = tuple(method_row(m) for m in METHODS)  # the registry's order is the paper's
 DIRS = ("dir01", "dir05")
 STANDARD = tuple(
     f"{d}-{a}" for d in ("emnist", "cifar10", "cifar100", "tinyimagenet") for a in DIRS
