@@ -10,20 +10,19 @@ method and ablation keys, the seed, and every other key it records at the app's 
 those that do not change what a run computes (where it writes, threads, device, its budget).
 A key it does not record is another method's, or newer than the run (its default is the
 behaviour the run had). The small files
-are copied (`cli.KEPT`), as `pfedgm-paper collect` does; the budget is the run's own.
+are copied (`cli.copy_results`), as `pfedgm-paper collect` does; the budget is the run's own.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import tomllib
 from pathlib import Path
 
-from pfedgm_app.paper.cli import KEPT
+from pfedgm_app.paper.cli import copy_results
 from pfedgm_app.paper.grid import TABLES
 from pfedgm_app.presets import PRESETS
+from pfedgm_app.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 FREE = {"output-dir", "resume", "client-threads", "device", "num-server-rounds", "eval-every",
@@ -65,16 +64,14 @@ def _hub_folders() -> list[tuple[str, str]]:
 
 def adopt(source: Path, target: str, to: Path) -> Path:
     column, run, seed = target.split("/")
-    config = json.loads((source / "config.json").read_text())
-    if not (source / "summary.json").exists():
+    stored = RunFolder(source)
+    config = stored.read_config()
+    if not stored.finished:
         raise SystemExit(f"{source}: no summary.json, the run has not finished")
     if bad := problems(config, column, run, int(seed)):
         raise SystemExit(f"{source} is not {target}: " + "; ".join(bad))
     folder = to / column / run / f"seed{seed}"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in KEPT:
-        if (source / name).exists():
-            shutil.copy2(source / name, folder / name)
+    copy_results(stored, folder)
     return folder
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import statistics
 import sys
 import tempfile
@@ -32,6 +31,7 @@ sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of
 from devtools.inprocess import _set_task_identity, run_inprocess  # noqa: E402
 from pfedgm_app.gaussian import GaussianHead  # noqa: E402
 from pfedgm_app.models import build_model  # noqa: E402
+from pfedgm_app.run_folder import RunFolder  # noqa: E402
 from pfedgm_app.strategies import PFedGM  # noqa: E402
 from pfedgm_app.strategies.robust import weighted_mean  # noqa: E402
 
@@ -82,12 +82,11 @@ def clipping_check() -> None:
         for clip in (10.0, 0.0):
             out = Path(tmp) / f"clip{clip:g}"
             run_inprocess({**tiny, "clip-ratio": clip, "output-dir": str(out)}, 4)
-            with open(out / "clients.csv") as f:
+            with open(RunFolder(out).clients) as f:
                 rows[clip] = [{k: v for k, v in r.items() if not k.startswith("seconds")}
                               for r in csv.DictReader(f)]  # fmt: skip
             if clip:
-                for line in (out / "rounds.jsonl").read_text().splitlines():
-                    ratios.append(json.loads(line)["update-norm-ratio-max"])
+                ratios += [r["update-norm-ratio-max"] for r in RunFolder(out).read_rounds()]
     same = "identical" if rows[10.0] == rows[0.0] else "DIFFERENT"
     print(
         f"honest run, clip-ratio 10 vs 0: per-client results {same}; largest update norm "

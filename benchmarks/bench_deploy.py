@@ -36,6 +36,7 @@ from devtools.deployment import start_deployment  # noqa: E402
 from devtools.devices import write_devices  # noqa: E402
 from devtools.launch import stop_local_superlink  # noqa: E402
 from pfedgm_app.paper.flwr_cli import offline_env, run_app  # noqa: E402
+from pfedgm_app.run_folder import RunFolder  # noqa: E402
 
 CLIENTS = 4
 # One ClientApp's start-up in a fresh process, as a SuperNode starts one per message.
@@ -60,7 +61,7 @@ def figures(run, name: str) -> dict:
     """Wall time, seconds per round, accuracy and data-ready seconds of a finished run."""
     if not run.ok:
         raise SystemExit(f"{name}: run {run.status}:\n{run.log[-3000:]}")
-    rounds = [json.loads(r) for r in (run.output_dir / "rounds.jsonl").read_text().splitlines()]
+    rounds = RunFolder(run.output_dir).read_rounds()
     later = rounds[1:] or rounds
     query = re.search(r"data ready in at most ([\d.]+) s", run.log)
     return {

@@ -45,13 +45,14 @@ from pfedgm_app.config import RunConfig  # noqa: E402
 from pfedgm_app.data import ClientData  # noqa: E402
 from pfedgm_app.methods import METHODS, ClientState, ClientTask  # noqa: E402
 from pfedgm_app.paper.flwr_cli import offline_env, run_app  # noqa: E402
+from pfedgm_app.run_folder import RunFolder  # noqa: E402
 
 
 def accuracies(run, name: str) -> dict[int, float]:
     """{partition id: personalized accuracy, %} of a finished run."""
     if not run.ok:
         raise SystemExit(f"{name}: run {run.status}:\n{run.log[-3000:]}")
-    with open(run.output_dir / "clients.csv") as f:
+    with open(RunFolder(run.output_dir).clients) as f:
         return {int(float(r["partition-id"])): 100 * float(r["accuracy"])
                 for r in csv.DictReader(f)}  # fmt: skip
 

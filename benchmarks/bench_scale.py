@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
 from devtools.launch import stop_local_superlink  # noqa: E402
 from pfedgm_app.paper.flwr_cli import offline_env, run_app  # noqa: E402
+from pfedgm_app.run_folder import RunFolder  # noqa: E402
 
 SAMPLED = 30  # clients per round in both runs
 
@@ -64,7 +65,7 @@ def scale_run(clients: int, args: argparse.Namespace, env: dict, home: Path) -> 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # ever, this process
         engine = float("nan")  # no engine
     else:
-        sampler = TreeSampler(home, out / "rounds.jsonl")
+        sampler = TreeSampler(home, RunFolder(out).rounds)
         sampler.start()
         run = run_app(cfg, clients, env, cpus_per_client=1, timeout=3 * 3600)
         sampler.stop.set()
@@ -72,7 +73,7 @@ def scale_run(clients: int, args: argparse.Namespace, env: dict, home: Path) -> 
             raise SystemExit(f"{clients} clients: run {run.status}:\n{run.log[-3000:]}")
         s, peak = run.summary, sampler.peak
         engine = sampler.cores_in_rounds()["simulation engine"]
-    rounds = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
+    rounds = RunFolder(out).read_rounds()
     later = rounds[1:] or rounds
     return {
         "clients": clients,

@@ -54,6 +54,7 @@ from devtools.launch import stop_local_superlink  # noqa: E402
 from devtools.layout import plain_layout  # noqa: E402
 from devtools.processes import cmdline, superlink_tree  # noqa: E402
 from pfedgm_app.paper.flwr_cli import offline_env, run_app  # noqa: E402
+from pfedgm_app.run_folder import RunFolder  # noqa: E402
 
 FULL_ROUNDS = 200
 
@@ -160,13 +161,13 @@ def app_run(method: str, args: argparse.Namespace, env: dict, home: Path) -> dic
         "output-dir": str(out),
         **set_keys(args.set),
     }
-    sampler = TreeSampler(home, out / "rounds.jsonl")
+    sampler = TreeSampler(home, RunFolder(out).rounds)
     sampler.start()
     run = run_app(cfg, args.clients, env, cpus_per_client=args.cpus_per_client, timeout=4 * 3600)
     sampler.stop.set()
     if not run.ok:
         raise SystemExit(f"{method} run {run.status}:\n{run.log[-3000:]}")
-    rounds = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
+    rounds = RunFolder(out).read_rounds()
     later = rounds[1:] or rounds
 
     def per_round(key: str) -> float:

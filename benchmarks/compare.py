@@ -20,7 +20,6 @@ side by side.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of
 from devtools.inprocess import run_inprocess  # noqa: E402
 from devtools.launch import stop_local_superlink  # noqa: E402
 from pfedgm_app.paper.flwr_cli import offline_env, run_app  # noqa: E402
+from pfedgm_app.run_folder import RunFolder  # noqa: E402
 
 
 def main() -> None:
@@ -66,9 +66,9 @@ def main() -> None:
     summaries = {}
     try:
         for method in methods:
-            target = out / method
-            if (target / "summary.json").exists():
-                summaries[method] = json.loads((target / "summary.json").read_text())
+            target = RunFolder(out / method)
+            if target.finished:
+                summaries[method] = target.read_summary()
                 continue
             cfg = {
                 "method": method,
@@ -80,8 +80,8 @@ def main() -> None:
                 "seed": args.seed,
                 "pool-size": args.pool_size,
                 "client-threads": args.client_threads,
-                "output-dir": str(target),
-                "resume": (target / "checkpoint.pt").exists(),
+                "output-dir": str(target.path),
+                "resume": target.stopped,
                 **set_keys(args.set),
             }
             if args.engine == "inprocess":

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared/data"
 sys.path.insert(0, str(ROOT))
 from devtools.inprocess import run_inprocess  # noqa: E402
+from pfedgm_app.run_folder import RunFolder  # noqa: E402
 
 CELLS = {  # name: (dataset folder, Dirichlet alpha, extra run-config keys)
     "cifar100-0.5": ("cifar100", 0.5, {}),
@@ -57,12 +58,12 @@ def run(out: Path, cells: list[str], workers: int) -> None:
     for cell in cells:
         folder, alpha, extra = CELLS[cell]
         for variant, keys in VARIANTS.items():
-            target = out / cell / variant
-            if (target / "summary.json").exists():
+            target = RunFolder(out / cell / variant)
+            if target.finished:
                 continue
             cfg = {**PROTOCOL, **extra, **keys, "dataset": str(DATA / folder),
-                   "dirichlet-alpha": alpha, "output-dir": str(target),
-                   "resume": (target / "checkpoint.pt").exists()}  # fmt: skip
+                   "dirichlet-alpha": alpha, "output-dir": str(target.path),
+                   "resume": target.stopped}  # fmt: skip
             started = time.time()
             summary, _ = run_inprocess(cfg, 100, workers=workers)
             print(f"{cell} {variant}: {summary['mean_accuracy']:.2f} "
@@ -70,7 +71,6 @@ def run(out: Path, cells: list[str], workers: int) -> None:
 
 
 RESULTS = ROOT / "results/navigator"
-KEPT = ("summary.json", "clients.csv", "rounds.jsonl")
 
 
 def navigator_norm(target: Path) -> float | None:
@@ -78,7 +78,7 @@ def navigator_norm(target: Path) -> float | None:
     collected)."""
     if (target / "navigator.json").exists():
         return json.loads((target / "navigator.json").read_text())["mu-norm"]
-    weights = torch.load(target / "global_model.pt", weights_only=True)
+    weights = torch.load(RunFolder(target).global_model, weights_only=True)
     mu = weights.get("head.mu")
     return None if mu is None else mu.norm(dim=1).mean().item()
 
@@ -86,20 +86,20 @@ def navigator_norm(target: Path) -> float | None:
 def collect(out: Path, cells: list[str]) -> None:
     for cell in cells:
         for variant in VARIANTS:
-            source, target = out / cell / variant, RESULTS / cell / variant
-            if not (source / "summary.json").exists():
+            source, target = RunFolder(out / cell / variant), RESULTS / cell / variant
+            if not source.finished:
                 continue
             target.mkdir(parents=True, exist_ok=True)
-            for name in KEPT:
-                shutil.copyfile(source / name, target / name)
-            norm = {"mu-norm": navigator_norm(source)}
+            for path in (source.summary, source.clients, source.rounds):
+                shutil.copyfile(path, target / path.name)
+            norm = {"mu-norm": navigator_norm(source.path)}
             (target / "navigator.json").write_text(json.dumps(norm) + "\n")
             print(f"kept {cell} {variant} in {target.relative_to(ROOT)}")
 
 
 def clients(target: Path) -> dict[int, tuple[float, int]]:
     """{partition-id: (accuracy %, test size)} of a finished run."""
-    with open(target / "clients.csv") as f:
+    with open(RunFolder(target).clients) as f:
         rows = list(csv.DictReader(f))
     return {int(float(r["partition-id"])): (100 * float(r["accuracy"]), int(float(r["num-test"])))
             for r in rows}  # fmt: skip
@@ -110,8 +110,8 @@ def report(out: Path, cells: list[str]) -> None:
     print("|---|---|---|---|---|---|")
     gaps = []
     for cell in cells:
-        summaries = {v: json.loads((out / cell / v / "summary.json").read_text())
-                     for v in VARIANTS if (out / cell / v / "summary.json").exists()}  # fmt: skip
+        folders = {v: RunFolder(out / cell / v) for v in VARIANTS}
+        summaries = {v: f.read_summary() for v, f in folders.items() if f.finished}
         for variant, s in summaries.items():
             norm = navigator_norm(out / cell / variant)
             ablation = s["ablation_mean_accuracy"]

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 from pathlib import Path
 
 from pfedgm_app.paper.published import PUBLISHED
 from pfedgm_app.plots import dataset_label
+from pfedgm_app.run_folder import RunFolder
 
 # The paper's CIFAR-10 results (Table "standard", 200 rounds): {method: {alpha: (mean, std)}}
 # and runtimes relative to FedAvg (Table "Time", CIFAR-10 Dir(0.5), minutes / FedAvg's 64.91),
@@ -34,11 +34,8 @@ PAPER_TIME = {m: cells["cifar10-dir05"][0] for m, cells in PUBLISHED["runtime"].
 def load_summaries(out: Path) -> dict[str, dict]:
     """`{method: summary}` for every method with a `summary.json` under `out`, in the paper's
     row order."""
-    return {
-        m: json.loads((out / m / "summary.json").read_text())
-        for m in PAPER_CIFAR10
-        if (out / m / "summary.json").exists()
-    }
+    folders = {m: RunFolder(out / m) for m in PAPER_CIFAR10}
+    return {m: folder.read_summary() for m, folder in folders.items() if folder.finished}
 
 
 PROTOCOL = ("dataset", "num_clients", "rounds", "fraction_train")
@@ -72,7 +69,7 @@ def order_departures(
 def client_accuracies(summary: dict) -> dict[int, tuple[float, int]] | None:
     """`{partition-id: (accuracy %, test size)}` from the run's `clients.csv`, if it is there."""
     out = summary.get("output_dir")
-    path = Path(out) / "clients.csv" if out else None
+    path = RunFolder(Path(out)).clients if out else None
     if path is None or not path.exists():
         return None
     with path.open() as f:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import json
 import multiprocessing
 import os
 import tempfile
@@ -57,6 +56,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from pfedgm_app import wire
 from pfedgm_app.methods import run_config_keys
+from pfedgm_app.run_folder import RunFolder
 from pfedgm_app.wire import PERSONALIZE_MESSAGE_TYPE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -346,5 +346,4 @@ def run_inprocess(
     finally:
         grid.close()
         TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None
-    summary = Path(run_config["output-dir"]) / "summary.json"
-    return json.loads(summary.read_text()), grid
+    return RunFolder(Path(run_config["output-dir"])).read_summary(), grid

@@ -16,6 +16,8 @@ import csv
 import sys
 from pathlib import Path
 
+from pfedgm_app.run_folder import RunFolder
+
 TINY = {"num-server-rounds": 2, "local-epochs": 1, "finetune-epochs": 1, "personal-epochs": 1,
         "fedrep-refit-epochs": 1, "lbfgs-cycles": 1, "pfedme-inner-steps": 1, "pool-size": 600,
         "fraction-train": 0.5, "client-threads": 1, "seed": 0}  # fmt: skip
@@ -28,7 +30,7 @@ def run(out: Path) -> None:
     data = Path(__file__).resolve().parents[2] / "shared/data/mnist"
     for method in METHODS:
         target = out / method
-        if not (target / "clients.csv").exists():
+        if not RunFolder(target).clients.exists():
             cfg = {**TINY, "method": method, "dataset": str(data), "output-dir": str(target)}
             run_inprocess(cfg, 4)
         print(method, "done", flush=True)
@@ -43,9 +45,9 @@ def rows(path: Path) -> list[dict[str, str]]:
 
 def compare(before: Path, after: Path) -> int:
     differ = 0
-    for folder in sorted(p for p in before.iterdir() if (p / "clients.csv").exists()):
-        other = after / folder.name / "clients.csv"
-        same = other.exists() and rows(folder / "clients.csv") == rows(other)
+    for folder in sorted(p for p in before.iterdir() if RunFolder(p).clients.exists()):
+        ours, theirs = RunFolder(folder).clients, RunFolder(after / folder.name).clients
+        same = theirs.exists() and rows(ours) == rows(theirs)
         differ += not same
         print(f"{folder.name:10s} {'identical' if same else 'DIFFERENT'}")
     return 1 if differ else 0

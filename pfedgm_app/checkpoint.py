@@ -13,7 +13,6 @@ operating system releases it when its process ends, so a killed run leaves nothi
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import pickle
 from pathlib import Path
@@ -24,8 +23,7 @@ import torch
 from flwr.app import Array, ArrayRecord
 
 from .config import ConfigError
-
-CHECKPOINT = "checkpoint.pt"
+from .run_folder import RunFolder
 
 # Run-config keys a resumed run may change: where and how fast it runs, how long it waits, how
 # often it evaluates on the side, and more rounds. Every other key is the experiment itself.
@@ -38,7 +36,8 @@ def save(run_dir: Path, server_round: int, arrays: ArrayRecord, strategy: dict) 
     """`checkpoint.pt` after `server_round`: the global arrays and the strategy's state (numpy
     arrays and plain values; the arrays stored as tensors), written to a temporary file and
     renamed, so a kill leaves the previous one whole."""
-    path, tmp = run_dir / CHECKPOINT, run_dir / (CHECKPOINT + ".tmp")
+    path = RunFolder(run_dir).checkpoint
+    tmp = path.with_name(path.name + ".tmp")
     payload = {"round": server_round, "strategy": _stored(strategy),
                "arrays": {k: _stored(v.numpy()) for k, v in arrays.items()}}  # fmt: skip
     torch.save(payload, tmp)
@@ -50,7 +49,7 @@ def load(run_dir: Path) -> tuple[int, ArrayRecord, dict]:
     """(rounds done, global arrays, strategy state) of the last checkpoint in `run_dir`, as
     `save` was given them. Raises ConfigError, having run nothing in it, for a file that holds
     more than tensors and plain values or is not a checkpoint of this app."""
-    path = run_dir / CHECKPOINT
+    path = RunFolder(run_dir).checkpoint
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:  # an object to build, or no pickle: nothing of it ran
@@ -108,12 +107,13 @@ def _restored(value: Any) -> Any:
 def check_resume(run_dir: Path, config: dict[str, Any]) -> None:
     """Refuse to resume the run in `run_dir` with `config` (its run-config keys) where it would
     mix two experiments: a key outside `RESUMABLE` changed, or fewer rounds than are done."""
-    if not (run_dir / CHECKPOINT).exists():
+    folder = RunFolder(run_dir)
+    if not folder.checkpoint.exists():
         raise ConfigError(
-            f"resume=true but {run_dir} holds no {CHECKPOINT}: give the output-dir of a "
-            "stopped run (it writes one after every round), or drop resume"
+            f"resume=true but {run_dir} holds no {folder.checkpoint.name}: give the output-dir "
+            "of a stopped run (it writes one after every round), or drop resume"
         )
-    if (run_dir / "summary.json").exists():
+    if folder.finished:
         raise ConfigError(f"resume=true but the run in {run_dir} finished (summary.json)")
     before = _stopped_config(run_dir)
     changed = sorted(k for k in config if k not in RESUMABLE and before.get(k) != config[k])
@@ -145,7 +145,7 @@ def check_clients(run_dir: Path, num_clients: int, min_nodes: int = 0) -> None:
 
 def _stopped_config(run_dir: Path) -> dict[str, Any]:
     try:
-        config = json.loads((run_dir / "config.json").read_text())
+        config = RunFolder(run_dir).read_config()
     except (OSError, ValueError) as exc:
         raise ConfigError(
             f"cannot resume {run_dir}: its config.json is unreadable ({exc})"
@@ -160,7 +160,7 @@ class FolderLock:
     `<folder>/.lock`): a second run into the same `output-dir` is refused."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / ".lock"
+        self.path = RunFolder(run_dir).lock
         self.file = open(self.path, "a")  # noqa: SIM115 (held open for the run's lifetime)
         try:
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)

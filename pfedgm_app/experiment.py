@@ -202,7 +202,7 @@ def resume(
     """The rounds done and the global arrays of the stopped run's last checkpoint; the
     strategy continues from the state saved with them."""
     done, arrays, state = checkpoint.load(writer.run_dir)
-    path = writer.run_dir / checkpoint.CHECKPOINT
+    path = writer.folder.checkpoint
     if sorted(arrays) != sorted(initial) or any(
         (arrays[k].shape, arrays[k].dtype) != (a.shape, a.dtype) for k, a in initial.items()
     ):

@@ -12,7 +12,6 @@ model the server builds from the clients' query replies, by name, shape and dtyp
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,7 @@ from flwr.app import ArrayRecord
 
 from .config import ConfigError, RunConfig
 from .data import run_classes
-
-MODEL, CONFIG = "global_model.pt", "config.json"  # as `results.RunWriter` writes them
+from .run_folder import RunFolder
 
 
 @dataclass(frozen=True)
@@ -45,16 +43,20 @@ def read(cfg: RunConfig) -> InitialModel:
     """The run's `initial-model`, or one ConfigError naming the file and what to do: a missing
     or unreadable file, no `config.json` beside it, another method, other classes."""
     given = Path(cfg.initial_model).expanduser()
-    path = given / MODEL if given.is_dir() else given
+    model = RunFolder(given).global_model
+    path = model if given.is_dir() else given
     key = f"initial-model {cfg.initial_model!r}"
     if not path.is_file():
-        raise ConfigError(f"{key}: no file {path}; give a finished run's output-dir or its {MODEL}")
+        raise ConfigError(
+            f"{key}: no file {path}; give a finished run's output-dir or its {model.name}"
+        )
+    stored = RunFolder(path.parent)  # the run's config.json is beside its model
     try:
-        config = json.loads((path.parent / CONFIG).read_text())
+        config = stored.read_config()
     except (OSError, ValueError) as exc:
         raise ConfigError(
-            f"{key}: no readable {CONFIG} beside {path.name} ({exc}); give the run's whole "
-            "output-dir: its config.json says which method and classes the model has"
+            f"{key}: no readable {stored.config.name} beside {path.name} ({exc}); give the "
+            "run's whole output-dir: its config.json says which method and classes the model has"
         ) from None
     if config.get("method") != cfg.method:
         raise ConfigError(

@@ -35,6 +35,7 @@ from .data import (
 from .methods import ClientPlugin, ClientState, ClientTask, Personalized, parse_run_config
 from .models import Model
 from .replies import received
+from .run_folder import RunFolder
 from .training import keep_freed_memory, pick_device, set_threads
 
 DATA_PATH = "data-path"  # node-config: the device's own data (`data.DeviceData`)
@@ -94,7 +95,7 @@ def model_dir(cfg: RunConfig, node: Mapping[str, Any], run_id: int) -> Path:
     if MODEL_DIR in node:
         return Path(str(node[MODEL_DIR])).expanduser()
     if cfg.output_dir:
-        return Path(cfg.output_dir).expanduser() / "models"
+        return RunFolder(Path(cfg.output_dir).expanduser()).models
     data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(data_home) / "pfedgm" / "models" / f"run-{run_id}"
 

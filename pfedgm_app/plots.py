@@ -3,8 +3,9 @@ round)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from .run_folder import RunFolder
 
 EVAL_MEAN, EVAL_STD = "personalized-accuracy", "personalized-std"  # evaluation keys per round
 
@@ -19,7 +20,8 @@ def plot_rounds(run_dir: Path, title: str) -> Path:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    rows = [json.loads(line) for line in open(run_dir / "rounds.jsonl")]
+    folder = RunFolder(run_dir)
+    rows = folder.read_rounds()
     losses = [(r["round"], r["loss"]) for r in rows if "loss" in r]
     points = [(r["round"], r[EVAL_MEAN], r[EVAL_STD])
               for r in rows if r.get(EVAL_MEAN) is not None]  # fmt: skip
@@ -37,7 +39,7 @@ def plot_rounds(run_dir: Path, title: str) -> Path:
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    path = run_dir / "accuracy.png"
+    path = folder.plot
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -9,7 +9,6 @@ import csv
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from logging import INFO, WARNING
@@ -24,6 +23,7 @@ from flwr.common import log
 from . import checkpoint, wire
 from .config import ConfigError, RunConfig, Settings
 from .plots import EVAL_MEAN, EVAL_STD, dataset_label, plot_rounds
+from .run_folder import RunFolder
 from .strategies import PersonalizationResult, summarize
 
 ELAPSED = "seconds-elapsed"  # rounds.jsonl: the run's wall seconds so far, over its sittings
@@ -58,7 +58,7 @@ class RunWriter:
             writer = cls(run_dir, started)
             writer.lock = checkpoint.FolderLock(run_dir)
             return writer
-        if (run_dir / "summary.json").exists():
+        if RunFolder(run_dir).finished:
             raise ConfigError(
                 f"output-dir {run_dir} already holds a finished run (summary.json); "
                 "choose another output-dir or leave it empty for a fresh timestamped folder"
@@ -82,9 +82,8 @@ class RunWriter:
             run_dir.mkdir(parents=True, exist_ok=True)
             self.lock = checkpoint.FolderLock(run_dir)
             leftovers = [p for p in run_dir.iterdir() if p.is_file() and p != self.lock.path]
-            if leftovers:  # mkdtemp: two runs stopped in the same second get distinct folders
-                stamp = time.strftime("%Y%m%d-%H%M%S")
-                kept = Path(tempfile.mkdtemp(prefix=f"unfinished-{stamp}-", dir=run_dir))
+            if leftovers:
+                kept = self.folder.new_unfinished()
                 for path in leftovers:
                     path.rename(kept / path.name)
                 log(WARNING, "output-dir held an unfinished run: its files moved to %s", kept)
@@ -94,7 +93,7 @@ class RunWriter:
     def cut_rounds(self, done: int) -> None:
         """A resumed run's `rounds.jsonl` keeps rounds 1..done (a round logged after the last
         checkpoint is run again)."""
-        kept = [r for r in self._read_rounds() if r["round"] <= done]
+        kept = [r for r in self.folder.read_rounds() if r["round"] <= done]
         self._write_rounds(kept)
         self.resumed_after = done
         # rows written before ELAPSED existed: the sum of their rounds' seconds, a lower bound
@@ -102,13 +101,17 @@ class RunWriter:
         self.earlier = last.get(ELAPSED) or sum(r.get("seconds", 0.0) for r in kept)
         log(INFO, "pFedGM app: resuming %s after round %d", self.run_dir, done)
 
+    @property
+    def folder(self) -> RunFolder:
+        """`run_dir`'s files, by name."""
+        return RunFolder(self.run_dir)
+
     def close(self) -> None:
         """Release the folder for other runs (the end of the run, or its failure)."""
         if self.lock is not None:
             self.lock.release()
 
-    def write_json(self, name: str, payload: Any) -> Path:
-        path = self.run_dir / name
+    def write_json(self, path: Path, payload: Any) -> Path:
         path.write_text(strict_json(payload, indent=2, sort_keys=True) + "\n")
         return path
 
@@ -123,7 +126,8 @@ class RunWriter:
         self._prepare()
         config = {**cfg.to_run_config(), **settings.to_run_config()}
         self.write_json(
-            "config.json", {**config, "num-clients": num_clients, "flwr-version": flwr.__version__}
+            self.folder.config,
+            {**config, "num-clients": num_clients, "flwr-version": flwr.__version__},
         )
         log(INFO, "pFedGM app: method=%s, %d clients, outputs in %s", cfg.method, num_clients,
             self.run_dir)  # fmt: skip
@@ -132,7 +136,7 @@ class RunWriter:
         """One line of `rounds.jsonl`: the round's metrics, under the server's own keys (the
         round, its seconds, its evaluation), strict JSON (a non-finite number is null)."""
         row = {**dict(metrics or {}), "round": server_round, **extra}
-        with open(self.run_dir / "rounds.jsonl", "a") as f:
+        with open(self.folder.rounds, "a") as f:
             f.write(strict_json(row) + "\n")
 
     def on_round(
@@ -149,12 +153,12 @@ class RunWriter:
         self.times["round"] = time.time()
 
     def save_weights(self, arrays: ArrayRecord) -> Path:
-        path = self.run_dir / "global_model.pt"
+        path = self.folder.global_model
         torch.save(arrays.to_torch_state_dict(), path)
         return path
 
     def write_clients(self, rows: list[dict[str, float]]) -> Path:
-        path = self.run_dir / "clients.csv"
+        path = self.folder.clients
         keys = sorted({k for r in rows for k in r}, key=lambda k: (k != "partition-id", k))
         rows = sorted(rows, key=lambda r: r.get("partition-id", 0))
         with open(path, "w", newline="") as f:
@@ -208,7 +212,7 @@ class RunWriter:
             str(r): w for r, w in self.rounds_without_update.items()
         }
         self.add_final_evaluation(cfg.num_server_rounds, evaluation_row(outcome, by_type))
-        self.write_json("summary.json", summary)
+        self.write_json(self.folder.summary, summary)
         title = f"{cfg.method} on {dataset_label(cfg.dataset)}, Dir({cfg.dirichlet_alpha:g})"
         plot_rounds(self.run_dir, title)
         log_summary(summary, outcome)
@@ -222,30 +226,16 @@ class RunWriter:
     def add_final_evaluation(self, last_round: int, row: dict) -> None:
         """Phase 2's outcome joins the last round's line of `rounds.jsonl`, so the file holds
         every personalized evaluation."""
-        rows = self._read_rounds()
+        rows = self.folder.read_rounds()
         if rows and rows[-1]["round"] == last_round:
             rows[-1].update(row)
         else:  # no round trained in this sitting, or none logged: a line of its own
             rows.append({"round": last_round, **row})
         self._write_rounds(rows)
 
-    def _read_rounds(self) -> list[dict]:
-        """The lines of `rounds.jsonl`; a torn last line (a kill mid-write) is dropped."""
-        path = self.run_dir / "rounds.jsonl"
-        lines = path.read_text().splitlines() if path.exists() else []
-        rows = []
-        for i, line in enumerate(lines):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                if i < len(lines) - 1:
-                    raise ConfigError(f"{path}: line {i + 1} is not JSON; repair it") from None
-                log(WARNING, "%s: its last line was cut short (a stopped run); dropped", path)
-        return rows
-
     def _write_rounds(self, rows: list[dict]) -> None:
         """`rounds.jsonl` rewritten whole and renamed: a kill leaves the old file."""
-        path = self.run_dir / "rounds.jsonl"
+        path = self.folder.rounds
         tmp = path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(strict_json(r) + "\n" for r in rows))
         os.replace(tmp, path)

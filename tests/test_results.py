@@ -92,9 +92,6 @@ def test_resuming_drops_a_torn_last_line_of_rounds_and_cuts_back_to_the_checkpoi
     RunWriter(tmp_path).cut_rounds(done)
     assert done == 2 and list(arrays) == ["w"]
     assert (tmp_path / "rounds.jsonl").read_text() == '{"round": 1}\n{"round": 2}\n'
-    (tmp_path / "rounds.jsonl").write_text('{"round": 1}\nnot json\n{"round": 2}\n')
-    with pytest.raises(ConfigError, match="line 2 is not JSON; repair it"):
-        RunWriter(tmp_path).cut_rounds(2)
 
 
 def _finish(writer: RunWriter, cfg: RunConfig) -> dict:

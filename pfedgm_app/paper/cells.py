@@ -9,12 +9,12 @@ paired differences (`paired.per_seed`).
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import wire
 from ..plots import EVAL_MEAN, EVAL_STD
+from ..run_folder import RunFolder
 from ..strategies.personalize import accuracy_stats
 from .grid import Row
 from .paired import PerClient
@@ -59,7 +59,7 @@ def seed_folders(out: Path, column: str, run: str) -> dict[int, Path]:
     base = out / column / run
     found = {}
     for folder in sorted(base.glob("seed*")) if base.is_dir() else []:
-        if (folder / "summary.json").exists() and folder.name[4:].isdigit():
+        if RunFolder(folder).finished and folder.name[4:].isdigit():
             found[int(folder.name[4:])] = folder
     return found
 
@@ -68,7 +68,7 @@ def client_rows(folder: Path, metric: str) -> dict[int, tuple[float, int]]:
     """{partition-id: (metric in percent, test-set size)} from a run's `clients.csv`; a client
     without the metric (a failed reply) is left out."""
     rows = {}
-    with (folder / "clients.csv").open() as f:
+    with RunFolder(folder).clients.open() as f:
         for row in csv.DictReader(f):
             value = row.get(metric, "")
             if value not in ("", None):
@@ -85,10 +85,10 @@ def read_cell(out: Path, column: str, row: Row) -> Cell | None:
         rows = client_rows(folder, row.metric)
         if not rows:
             continue
-        summary = json.loads((folder / "summary.json").read_text())
-        config = folder / "config.json"
-        if config.exists():
-            found = protocol_differences(json.loads(config.read_text()), column)
+        stored = RunFolder(folder)
+        summary = stored.read_summary()
+        if stored.config.exists():
+            found = protocol_differences(stored.read_config(), column)
             differences += [d for d in found if d not in differences]
         mean, std, _ = accuracy_stats([v for v, _ in rows.values()], [w for _, w in rows.values()])
         means.append(mean), stds.append(std)
@@ -109,14 +109,12 @@ def curve(out: Path, column: str, run: str) -> dict[int, tuple[float, float]]:
     `rounds.jsonl` (its `eval-every` rounds) and `summary.json` (the final round)."""
     by_round: dict[int, list[tuple[float, float]]] = {}
     for folder in seed_folders(out, column, run).values():
-        points = {}
-        rounds = folder / "rounds.jsonl"  # absent where a run was copied without it
-        for line in rounds.read_text().splitlines() if rounds.exists() else []:
-            entry = json.loads(line) if line.strip() else {}
+        points, stored = {}, RunFolder(folder)
+        for entry in stored.read_rounds():  # none where a run was copied without its rounds
             if entry.get(EVAL_MEAN) is not None:
                 points[int(entry["round"])] = (entry[EVAL_MEAN], entry.get(EVAL_STD) or 0.0)
         # the final evaluation, also where `rounds.jsonl` predates holding it
-        summary = json.loads((folder / "summary.json").read_text())
+        summary = stored.read_summary()
         if summary.get("mean_accuracy") is not None:
             points[int(summary["rounds"])] = (summary["mean_accuracy"], summary["std_accuracy"])
         for r, point in points.items():

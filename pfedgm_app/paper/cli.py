@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from ..methods import METHODS
+from ..run_folder import RunFolder
 from .flwr_cli import APP_DIR
 from .grid import PAPER_ROUNDS, TABLES, runs
 from .runner import ENGINES, Engine, run_grid
@@ -141,8 +142,8 @@ def _run(args) -> int:
     if args.dry_run:
         for run in todo:
             folder = run.folder(args.out)
-            state = ("done" if (folder / "summary.json").exists() else
-                     "stopped" if (folder / "checkpoint.pt").exists() else "missing")  # fmt: skip
+            found = RunFolder(folder)
+            state = "done" if found.finished else "stopped" if found.stopped else "missing"
             print(f"{state:8} {run.label()}  {folder}")
         return 0
     offline = {"HF_HUB_OFFLINE": "1"} if args.offline else {}  # a SuperLink started now: no hub
@@ -155,22 +156,25 @@ def _run(args) -> int:
     return 1 if failures else 0
 
 
-KEPT = ("summary.json", "clients.csv", "rounds.jsonl", "config.json")
+def copy_results(source: RunFolder, to: Path) -> None:
+    """What the tables and figures read of a finished run (summary, clients, rounds, config),
+    copied into `to`: small files, no models or checkpoint."""
+    import shutil
+
+    to.mkdir(parents=True, exist_ok=True)
+    for path in (source.summary, source.clients, source.rounds, source.config):
+        if path.exists():
+            shutil.copy2(path, to / path.name)
 
 
 def _collect(args) -> int:
-    import shutil
-
     if not args.out.is_dir():
         raise ValueError(f"--out {args.out}: no such folder")
     count = 0
-    for summary in sorted(args.out.glob("*/*/seed*/summary.json")):
-        target = args.to / summary.parent.relative_to(args.out)
-        target.mkdir(parents=True, exist_ok=True)
-        for name in KEPT:
-            if (summary.parent / name).exists():
-                shutil.copy2(summary.parent / name, target / name)
-        count += 1
+    for folder in map(RunFolder, sorted(args.out.glob("*/*/seed*"))):
+        if folder.finished:
+            copy_results(folder, args.to / folder.path.relative_to(args.out))
+            count += 1
     print(f"{count} finished runs copied to {args.to}")
     return 0
 

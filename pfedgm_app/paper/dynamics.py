@@ -6,7 +6,6 @@ beside the personalized accuracy of other runs (e.g. pFedFDA's on the same cell)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib
@@ -15,6 +14,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from ..plots import EVAL_MEAN  # noqa: E402
+from ..run_folder import RunFolder  # noqa: E402
 
 # (title, [(key, label)], log scale): the panels after the accuracy panel
 PANELS = (
@@ -34,10 +34,10 @@ PANELS = (
 
 def read_rounds(run_dir: Path) -> list[dict]:
     """The lines of a run's `rounds.jsonl`; ValueError naming the file when there is none."""
-    path = run_dir / "rounds.jsonl"
-    if not path.exists():
-        raise ValueError(f"{path}: no such file; give a run's output-dir")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    folder = RunFolder(run_dir)
+    if not folder.rounds.exists():
+        raise ValueError(f"{folder.rounds}: no such file; give a run's output-dir")
+    return folder.read_rounds()
 
 
 def accuracy_points(run_dir: Path) -> tuple[list[int], list[float]]:
@@ -46,15 +46,15 @@ def accuracy_points(run_dir: Path) -> tuple[list[int], list[float]]:
     points = {
         r["round"]: r[EVAL_MEAN] for r in read_rounds(run_dir) if r.get(EVAL_MEAN) is not None
     }
-    summary = run_dir / "summary.json"
-    if summary.exists() and (final := json.loads(summary.read_text())).get("mean_accuracy"):
+    folder = RunFolder(run_dir)
+    if folder.finished and (final := folder.read_summary()).get("mean_accuracy"):
         points[int(final["rounds"])] = final["mean_accuracy"]
     return sorted(points), [points[r] for r in sorted(points)]
 
 
 def label_of(run_dir: Path) -> str:
-    config = run_dir / "config.json"
-    return json.loads(config.read_text()).get("method", run_dir.name) if config.exists() else (
+    folder = RunFolder(run_dir)
+    return folder.read_config().get("method", run_dir.name) if folder.config.exists() else (
         run_dir.name)  # fmt: skip
 
 

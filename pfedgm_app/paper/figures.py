@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..run_folder import RunFolder  # noqa: E402
 from .cells import seed_folders  # noqa: E402
 from .grid import TABLES, Table  # noqa: E402
 from .render import read_table, row_curves  # noqa: E402
@@ -86,7 +87,7 @@ def tsne(out: Path, path: Path) -> Path | None:
     """The paper's t-SNE (CIFAR-10S Dir(0.5), 100 corrupted clients, pFedGM) from the first
     seed whose folder kept its global model (`collect` copies no models)."""
     for folder in seed_folders(out, TSNE_COLUMN, TSNE_RUN).values():
-        if (folder / "global_model.pt").exists():
+        if RunFolder(folder).global_model.exists():
             from .tsne import tsne_figure
 
             return tsne_figure(folder, path)

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..run_folder import RunFolder
+
 # The project folder (pyproject.toml) when the package runs from a checkout or an editable
 # install; an installed copy has none, and its users name the folder (`app_dir`).
 APP_DIR = Path(__file__).resolve().parents[2]
@@ -123,8 +125,8 @@ def run_app(
     link = [] if federation is None else [federation]  # where `flwr list/log/stop` must look
     status = _wait(run_id, env, started + timeout, link, output_dir)
     log = flwr(["log", run_id, *link, "--show"], env, check=False).stdout
-    summary_path = output_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    folder = RunFolder(output_dir)
+    summary = folder.read_summary() if folder.finished else {}
     if status == UNKNOWN:
         details = unknown_run(run_id, output_dir)
     else:
@@ -135,7 +137,7 @@ def run_app(
 def unknown_run(run_id: str, output_dir: Path) -> str:
     """Why a run has status `UNKNOWN`, and what to do, in one line."""
     why = f"run {run_id} is unknown to this SuperLink (it was restarted, or lost its database)"
-    if (output_dir / "summary.json").exists():
+    if RunFolder(output_dir).finished:
         return f"{why}, but it finished: its summary.json is in {output_dir}"
     return (f"{why}; what it wrote is in {output_dir}: run it again with resume=true to "
             "continue from its last checkpoint")  # fmt: skip
@@ -223,11 +225,11 @@ def _poll(
     `UNKNOWN_ANSWERS` answers in a row is `UNKNOWN`.
     """
     pause, next_list, seen, unknown = 1.0, time.time(), 0.0, 0
-    summary = output_dir / "summary.json"
+    folder = RunFolder(output_dir)
     while True:
         if (written := _last_write(output_dir)) > seen:  # alive: ask later
             seen, next_list = written, max(next_list, time.time() + pause)
-        if time.time() >= next_list or time.time() > deadline or summary.exists():
+        if time.time() >= next_list or time.time() > deadline or folder.finished:
             status = _listed(run_id, link, env).get("status", "")
             unknown = 0 if status else unknown + 1
             if unknown >= UNKNOWN_ANSWERS:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..methods import METHODS
 from ..presets import PRESETS
+from ..run_folder import RunFolder
 
 PAPER_ROUNDS = 200  # "all methods are trained for 200 global communication rounds"
 
@@ -183,7 +184,7 @@ def run_config(run: Run, out: Path, rounds: int, offline: bool, extra: dict | No
         "num-server-rounds": rounds,
         **(extra or {}),
         "output-dir": str(folder),
-        "resume": (folder / "checkpoint.pt").exists(),
+        "resume": RunFolder(folder).checkpoint.exists(),
     }
 
 

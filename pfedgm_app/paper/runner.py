@@ -8,7 +8,6 @@ repository, the in-process driver (`devtools.inprocess`: the same per-client res
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -17,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..run_folder import RunFolder
 from .flwr_cli import APP_DIR, flwr_command, run_app
 from .grid import Run, run_config, supernodes
 
@@ -40,7 +40,7 @@ class Engine:
 def rounds_done(folder: Path) -> int:
     """Training rounds a run has finished (`rounds.jsonl` lines); 0 before its first."""
     try:
-        return sum(1 for line in (folder / "rounds.jsonl").open() if line.strip())
+        return sum(1 for line in RunFolder(folder).rounds.open() if line.strip())
     except OSError:
         return 0
 
@@ -48,9 +48,9 @@ def rounds_done(folder: Path) -> int:
 def check_budget(todo: list[Run], out: Path, rounds: int) -> None:
     """A folder holds one budget: a started run of another `num-server-rounds` is refused."""
     for run in todo:
-        config = run.folder(out) / "config.json"
-        if config.exists():
-            had = json.loads(config.read_text()).get("num-server-rounds")
+        folder = RunFolder(run.folder(out))
+        if folder.config.exists():
+            had = folder.read_config().get("num-server-rounds")
             if had != rounds:
                 raise ValueError(
                     f"{run.folder(out)} holds a run of {had} rounds, not {rounds}: give "
@@ -72,7 +72,7 @@ class Progress:
         return sum(min(rounds_done(r.folder(self.out)), self.rounds) for r in self.todo)
 
     def line(self) -> str:
-        done = sum((r.folder(self.out) / "summary.json").exists() for r in self.todo)
+        done = sum(RunFolder(r.folder(self.out)).finished for r in self.todo)
         total = self.rounds * len(self.todo)
         rounds = self.total_done()
         text = f"grid: {done}/{len(self.todo)} runs done"
@@ -118,7 +118,7 @@ def run_grid(
     failures = []
     try:
         for run in todo:
-            if (run.folder(out) / "summary.json").exists():
+            if RunFolder(run.folder(out)).finished:
                 continue
             progress.current = run
             cfg = run_config(run, out, rounds, offline, extra)

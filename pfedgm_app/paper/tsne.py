@@ -9,7 +9,7 @@ does: their test sets are too small for a class to show.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,13 @@ from ..config import ConfigError
 from ..data import Protocol, load_client_data, run_classes
 from ..methods import get_method, parse_run_config, run_config_keys
 from ..plots import dataset_label
+from ..run_folder import RunFolder
 
-MODEL, CONFIG, SUMMARY = "global_model.pt", "config.json", "summary.json"  # results.RunWriter's
 
-
-def _json(path: Path) -> dict[str, Any]:
+def _json(read: Callable[[], dict[str, Any]], path: Path) -> dict[str, Any]:
+    """`read()` (a RunFolder reader of `path`), or one ConfigError naming the file."""
     try:
-        return json.loads(path.read_text())
+        return read()
     except (OSError, ValueError) as exc:
         raise ConfigError(f"no readable {path.name} in {path.parent} ({exc})") from None
 
@@ -36,12 +36,15 @@ def _run(run_dir: Path) -> tuple[Any, Any, Protocol]:
     """(common settings, the method's settings, the clients' protocol) of a run folder; its
     global_model.pt is checked first, so a folder without one fails before any data loads."""
     run_dir = Path(run_dir)
-    if not (run_dir / MODEL).is_file():
-        raise ConfigError(f"no {MODEL} in {run_dir}: give a finished run's output-dir")
-    config = _json(run_dir / CONFIG)
+    folder = RunFolder(run_dir)
+    if not folder.global_model.is_file():
+        raise ConfigError(
+            f"no {folder.global_model.name} in {run_dir}: give a finished run's output-dir"
+        )
+    config = _json(folder.read_config, folder.config)
     keys = {k: v for k, v in config.items() if k in run_config_keys()}  # less num-clients, ...
     cfg, _, settings = parse_run_config({**keys, "preset": ""})  # its keys are already final
-    num = config.get("num-clients") or _json(run_dir / SUMMARY)["num_clients"]
+    num = config.get("num-clients") or _json(folder.read_summary, folder.summary)["num_clients"]
     return cfg, settings, Protocol.of(cfg, int(num))
 
 
@@ -64,11 +67,15 @@ def representations(
         if not zs:  # the model as the run's clients build it, from their images and classes
             shape = tuple(data.x_train.shape[1:])
             model = get_method(cfg.method).plugin(settings).build_model(shape, data.num_classes)
-            arrays = torch.load(Path(run_dir) / MODEL, map_location="cpu", weights_only=True)
+            folder = RunFolder(Path(run_dir))
+            arrays = torch.load(folder.global_model, map_location="cpu", weights_only=True)
             try:
                 model.load_state_dict(arrays)
             except RuntimeError:  # torch's message runs to many lines
-                raise ConfigError(f"{MODEL} in {run_dir} is not its {CONFIG}'s model") from None
+                raise ConfigError(
+                    f"{folder.global_model.name} in {run_dir} is not its "
+                    f"{folder.config.name}'s model"
+                ) from None
             generator = model.generator.eval()
         x, y = (data.x_train, data.y_train) if split == "train" else (data.x_test, data.y_test)
         keep = torch.cat([torch.nonzero(y == k).flatten()[:max_per_client_class] for k in classes])
@@ -145,8 +152,10 @@ def draw(
 def title(run_dir: Path) -> str:
     """'t-SNE of z: pfedgm on cifar10 (100C), Dir(0.5), 200 rounds'."""
     cfg, _, _ = _run(run_dir)
-    summary = Path(run_dir) / SUMMARY
-    rounds = _json(summary)["rounds"] if summary.exists() else cfg.num_server_rounds
+    folder = RunFolder(Path(run_dir))
+    rounds = cfg.num_server_rounds
+    if folder.finished:
+        rounds = _json(folder.read_summary, folder.summary)["rounds"]
     data = dataset_label(cfg.dataset) + ("" if cfg.corruption == "none" else f" ({cfg.corruption})")
     return f"t-SNE of z: {cfg.method} on {data}, Dir({cfg.dirichlet_alpha:g}), {rounds} rounds"
 
