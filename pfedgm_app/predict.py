@@ -28,6 +28,7 @@ import torch
 
 from .data import to_tensor
 from .personal_model import SUFFIX, ModelFileError, PersonalModel, load
+from .run_folder import RunFolder
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 
@@ -113,7 +114,8 @@ def model_file(path: Path) -> Path:
     """The personalized model `path` names: the file itself, or a run's `output-dir` (its
     `models/` folder) holding exactly one; a run's global model or a folder of several is
     refused in one line naming the files to choose from."""
-    folder = path / "models" if (path / "models").is_dir() else path
+    models = RunFolder(path).models
+    folder = models if models.is_dir() else path
     if folder.is_dir():
         found = sorted(folder.glob(f"client-*{SUFFIX}"))
         if len(found) == 1:
@@ -128,7 +130,7 @@ def model_file(path: Path) -> Path:
     if path.suffix == ".pt":
         raise ModelFileError(
             f"{path}: the run's global model (Phase 1), not a device's personalized one; give "
-            f"{path.parent / 'models'}/client-<id>{SUFFIX} (a client's model) instead"
+            f"{RunFolder(path.parent).models}/client-<id>{SUFFIX} (a client's model) instead"
         )
     return path
 
