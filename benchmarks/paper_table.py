@@ -33,9 +33,11 @@ PAPER_TIME = {m: cells["cifar10-dir05"][0] for m, cells in PUBLISHED["runtime"].
 
 def load_summaries(out: Path) -> dict[str, dict]:
     """`{method: summary}` for every method with a `summary.json` under `out`, in the paper's
-    row order."""
+    row order; `output_dir` is where the summary was found (a committed record names its run
+    folder relatively, `paper.records`)."""
     folders = {m: RunFolder(out / m) for m in PAPER_CIFAR10}
-    return {m: folder.read_summary() for m, folder in folders.items() if folder.finished}
+    return {m: {**folder.read_summary(), "output_dir": str(folder.path)}
+            for m, folder in folders.items() if folder.finished}  # fmt: skip
 
 
 PROTOCOL = ("dataset", "num_clients", "rounds", "fraction_train")

@@ -289,3 +289,25 @@ def test_the_dynamics_figure_draws_a_pfedgm_run_beside_another(tmp_path, capsys)
     capsys.readouterr()
     assert cli.main(["dynamics", str(other), "--to", str(png)]) == 2  # no diagnostics there
     assert "no Phase 1 diagnostics" in capsys.readouterr().err
+
+
+def test_collected_records_name_no_absolute_path_and_the_committed_ones_neither(tmp_path):
+    """`collect` writes the dataset as `shared:<name>` and the output folder as the run's
+    folder below the results folder; every committed record under results/ is so written."""
+    from pfedgm_app.paper.records import portable
+    from pfedgm_app.run_folder import RunFolder
+
+    _fake_run(tmp_path / "out", "cifar10-dir05", "pfedgm", 0, [0.5])
+    run = RunFolder(tmp_path / "out" / "cifar10-dir05" / "pfedgm" / "seed0")
+    config = {"dataset": "/home/x/shared/data/cifar10", "output-dir": str(run.path),
+              "frost-dir": "/home/x/frost", "seed": 0}  # fmt: skip
+    run.config.write_text(json.dumps(config))
+    assert cli.main(["collect", "--out", str(tmp_path / "out"), "--to", str(tmp_path / "c")]) == 0
+    kept = json.loads(RunFolder(tmp_path / "c" / "cifar10-dir05" / "pfedgm" / "seed0").config
+                      .read_text())  # fmt: skip
+    assert kept == {"dataset": "shared:cifar10", "output-dir": "cifar10-dir05/pfedgm/seed0",
+                    "frost-dir": "frost", "seed": 0}  # fmt: skip
+    assert portable("uoft-cs/cifar10", "r") == "uoft-cs/cifar10"  # a hub id stays
+    records = [p for p in (ROOT / "results").rglob("*.json")]
+    absolute = [str(p) for p in records if '": "/' in p.read_text()]
+    assert records and not absolute, absolute[:3]

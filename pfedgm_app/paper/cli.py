@@ -156,15 +156,19 @@ def _run(args) -> int:
     return 1 if failures else 0
 
 
-def copy_results(source: RunFolder, to: Path) -> None:
+def copy_results(source: RunFolder, to: Path, run_name: str | None = None) -> None:
     """What the tables and figures read of a finished run (summary, clients, rounds, config),
-    copied into `to`: small files, no models or checkpoint."""
+    copied into `to`: small files, no models or checkpoint, and no absolute path of this
+    machine (`records.rewrite`: the output folder becomes `run_name`, default `to`'s name)."""
     import shutil
+
+    from .records import rewrite
 
     to.mkdir(parents=True, exist_ok=True)
     for path in (source.summary, source.clients, source.rounds, source.config):
         if path.exists():
             shutil.copy2(path, to / path.name)
+    rewrite(RunFolder(to), run_name or to.name)
 
 
 def _collect(args) -> int:
@@ -173,7 +177,8 @@ def _collect(args) -> int:
     count = 0
     for folder in map(RunFolder, sorted(args.out.glob("*/*/seed*"))):
         if folder.finished:
-            copy_results(folder, args.to / folder.path.relative_to(args.out))
+            name = folder.path.relative_to(args.out)
+            copy_results(folder, args.to / name, str(name))
             count += 1
     print(f"{count} finished runs copied to {args.to}")
     return 0
