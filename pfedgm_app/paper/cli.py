@@ -81,7 +81,8 @@ def parser() -> argparse.ArgumentParser:
     tsne.add_argument("run_dir", type=Path, help="a run's output-dir (with global_model.pt)")
     tsne.add_argument("--to", type=Path, required=True, help="the PNG to write")
     dynamics = sub.add_parser("dynamics", help="Phase 1's diagnostics of a pFedGM run per round")
-    dynamics.add_argument("run_dir", type=Path, help="a pFedGM run's output-dir")
+    dynamics.add_argument("run_dirs", type=Path, nargs="+",
+                          help="pFedGM runs' output-dirs, overlaid")  # fmt: skip
     dynamics.add_argument(
         "--beside",
         type=Path,
@@ -194,7 +195,7 @@ def _tsne(args) -> int:
 def _dynamics(args) -> int:
     from .dynamics import dynamics_figure
 
-    print(dynamics_figure(args.run_dir, args.to, args.beside))
+    print(dynamics_figure(args.run_dirs, args.to, args.beside))
     return 0
 
 

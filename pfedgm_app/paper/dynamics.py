@@ -1,7 +1,7 @@
-"""Phase 1's dynamics against round, from a pFedGM run's `rounds.jsonl` (`diagnostics.KEYS`),
-beside the personalized accuracy of other runs (e.g. pFedFDA's on the same cell).
+"""Phase 1's dynamics against round, from pFedGM runs' `rounds.jsonl` (`diagnostics.KEYS`),
+overlaid, beside the personalized accuracy of other runs (e.g. pFedFDA's on the same cell).
 
-    pfedgm-paper dynamics RUN_DIR --beside OTHER_RUN_DIR --to dynamics.png
+    pfedgm-paper dynamics RUN_DIR [RUN_DIR...] --beside OTHER_RUN_DIR --to dynamics.png
 """
 
 from __future__ import annotations
@@ -53,30 +53,44 @@ def accuracy_points(run_dir: Path) -> tuple[list[int], list[float]]:
 
 
 def label_of(run_dir: Path) -> str:
+    """A run's name in the legend: its folder's (`<run>` of `<run>/seed<n>`), or its method."""
+    name = run_dir.parent.name if run_dir.name.startswith("seed") else run_dir.name
     folder = RunFolder(run_dir)
-    return folder.read_config().get("method", run_dir.name) if folder.config.exists() else (
-        run_dir.name)  # fmt: skip
+    return name or (folder.read_config().get("method", "?") if folder.config.exists() else "?")
 
 
-def dynamics_figure(run_dir: Path, to: Path, beside: list[Path] | None = None) -> Path:
-    """The accuracy of `run_dir` and of each run in `beside`, then one panel per group of
-    diagnostics of `run_dir` (`PANELS`); ValueError when the run has no diagnostics."""
-    rows = read_rounds(run_dir)
-    if not any("grad-norm-shared" in r for r in rows):
-        raise ValueError(f"{run_dir}: its rounds.jsonl has no Phase 1 diagnostics (a pFedGM run)")
+STYLES = ("-", "--", ":")  # the keys of a panel; colours tell the runs apart
+
+
+def dynamics_figure(
+    run_dirs: Path | list[Path], to: Path, beside: list[Path] | None = None
+) -> Path:
+    """The accuracy of each run of `run_dirs` and of `beside`, then one panel per group of
+    diagnostics (`PANELS`), the runs of `run_dirs` overlaid; ValueError when one of them has
+    no diagnostics."""
+    runs = [run_dirs] if isinstance(run_dirs, Path) else list(run_dirs)
+    rows = {run: read_rounds(run) for run in runs}
+    for run, lines in rows.items():
+        if not any("grad-norm-shared" in r for r in lines):
+            raise ValueError(f"{run}: its rounds.jsonl has no Phase 1 diagnostics (a pFedGM run)")
     fig, axes = plt.subplots(len(PANELS) + 1, 1, figsize=(7, 2.3 * (len(PANELS) + 1)),
                              sharex=True)  # fmt: skip
-    for folder in [run_dir, *(beside or [])]:
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, folder in enumerate([*runs, *(beside or [])]):
         rounds, accuracy = accuracy_points(folder)
-        axes[0].plot(rounds, accuracy, marker="o", ms=3, label=label_of(folder))
+        axes[0].plot(rounds, accuracy, marker="o", ms=3, label=label_of(folder),
+                     color=colours[i % len(colours)])  # fmt: skip
     axes[0].set(title="personalized accuracy (%)")
     axes[0].legend(fontsize=7)
     for ax, (title, keys, log) in zip(axes[1:], PANELS, strict=True):
-        for key, label in keys:
-            points = [(r["round"], r[key]) for r in rows if r.get(key) is not None]
-            ax.plot([p[0] for p in points], [p[1] for p in points], label=label)
+        for i, (run, lines) in enumerate(rows.items()):
+            for (key, label), style in zip(keys, STYLES, strict=False):
+                points = [(r["round"], r[key]) for r in lines if r.get(key) is not None]
+                name = label if len(runs) == 1 else f"{label_of(run)}: {label}"
+                ax.plot([p[0] for p in points], [p[1] for p in points], style, label=name,
+                        color=colours[i % len(colours)])  # fmt: skip
         ax.set(title=title, yscale="log" if log else "linear")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6)
     axes[-1].set(xlabel="round")
     fig.tight_layout()
     to.parent.mkdir(parents=True, exist_ok=True)
