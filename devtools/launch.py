@@ -1,22 +1,10 @@
-"""Stop the managed SuperLink of an FLWR_HOME (tests, benchmarks).
-
-Not part of the app (it manages processes: /proc scans, signals): a helper of `tests/` and
-`benchmarks/`, imported as `devtools.launch` from the repository root. Runs are submitted with
-`pfedgm_app.paper.flwr_cli.run_app`.
+"""Stop the managed SuperLink of an FLWR_HOME (tests, benchmarks): `stop_local_superlink`, the
+app's (`pfedgm_app.superlink`, behind `pfedgm superlink stop`), under the name the tests and
+benchmarks import. Runs are submitted with `pfedgm_app.paper.flwr_cli.run_app`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from pfedgm_app.superlink import stop_local_superlink
 
-from devtools.processes import kill, superlink_tree
-
-
-def stop_local_superlink(flwr_home: Path) -> int:
-    """Stop the managed SuperLink that `flwr run` started for `flwr_home` (or any FLWR_HOME below
-    that folder), with every process it spawned (SuperExec, the simulation, its Ray cluster).
-    Returns how many processes were signalled.
-    """
-    doomed = superlink_tree(flwr_home)
-    kill(doomed)
-    return len(doomed)
+__all__ = ["stop_local_superlink"]

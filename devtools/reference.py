@@ -115,14 +115,15 @@ Four files, edited by hand; everything else comes from the registry:
    model parts it `sends`, override `train` or `personalize`; FedPer in `split.py` is one line,
    `sends = ("generator",)`, under its docstring; `personalize` returns `Personalized`, the
    metrics and the model they are of, which the device keeps: a head of a class no method used
-   before declares its kind in `HEADS` of `pfedgm_app/personal_model.py`), optionally a
-   `Settings` dataclass of its own keys (each field with its bound and its meaning:
-   `at_least`, `above` or `setting`, with `doc=`), and one `Method(name, label, plug-in,
-   summary, strategy=..., settings=...)`, `label` being the paper's name for it.
-2. `pfedgm_app/methods/__init__.py`: the method in `REGISTERED`, in the paper's table order.
-3. `pyproject.toml`: its keys with their defaults in `[tool.flwr.app.config]` (Flower refuses
+   before declares its kind in `HEADS` of `pfedgm_app/personal_model.py`), and one
+   `Method(name, label, plug-in, summary, strategy=..., settings=...)`, `label` being the
+   paper's name for it.
+2. `pfedgm_app/method_settings.py`: its `Settings` dataclass of its own keys, if any (each
+   field with its bound and its meaning: `at_least`, `above` or `setting`, with `doc=`), and
+   its line in `SETTINGS`, so that `pfedgm check` knows its keys without importing torch.
+3. `pfedgm_app/methods/__init__.py`: the method in `REGISTERED`, in the paper's table order.
+4. `pyproject.toml`: its keys with their defaults in `[tool.flwr.app.config]` (Flower refuses
    a key it does not declare).
-4. `README.md`: its name in the method list, in the registry's order.
 
 Then `{COMMAND}` writes its row here, its keys in
 [run-config.md](run-config.md) and its replies in [privacy.md](privacy.md); `pfedgm-paper`

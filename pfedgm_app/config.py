@@ -2,13 +2,13 @@
 
 A run-config is Flower's flat `key-with-dashes` dict. Its keys come in groups, each a small
 frozen dataclass of `Settings`: `RunConfig` holds the keys every method uses (data protocol,
-rounds, optimizer, device, outputs); each method declares its own hyperparameters in a
-`Settings` subclass of its module (`methods/`). A field's bounds and meaning are declared beside
-its default (`at_least`, `above`, each with an optional `at_most` or `below`; `setting` for a
-field without bounds; each with `doc`, the key's meaning in docs/run-config.md), so one loop
-checks every key and names it in the error; every number must also be finite. Upper bounds are
-generous: they keep a typo (an extra zero, `inf`) from starting a run that overflows or never
-ends.
+rounds, optimizer, device, outputs); each method's own hyperparameters are a `Settings`
+subclass in `method_settings.py`, declared on its `Method` (`methods/`). A field's bounds and
+meaning are declared beside its default (`at_least`, `above`, each with an optional `at_most`
+or `below`; `setting` for a field without bounds; each with `doc`, the key's meaning in
+docs/run-config.md), so one loop checks every key and names it in the error; every number
+must also be finite. Upper bounds are generous: they keep a typo (an extra zero, `inf`) from
+starting a run that overflows or never ends.
 """
 
 from __future__ import annotations

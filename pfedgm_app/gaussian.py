@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .readings import NAVIGATOR_INITS, OBJECTIVE_SCALES, PROTOTYPE_STEPS
+
 POSITIVE_FLOOR = 1e-4  # smallest diagonal precision kept by projection after each step
 
 
@@ -61,8 +63,8 @@ def gaussian_logits(
 # is ahead on every 128-d cell (+2.7 to +8.7 points per client at 30 rounds). On the 512-d
 # TinyImageNet backbone the two are level (+0.4, se 0.6), though there ||mu_k||^2 near 512
 # makes round 1's logits steep enough that one client's loss became NaN; the contract drops
-# that reply and the round goes on. So the literal reading stays the default everywhere.
-NAVIGATOR_INITS = ("standard", "scaled")
+# that reply and the round goes on. So the literal reading stays the default everywhere
+# (`readings.NAVIGATOR_INITS`).
 
 
 def navigator_init_std(navigator_init: str, dim: int) -> float:
@@ -117,8 +119,8 @@ def covariance_objective(z: torch.Tensor, y: torch.Tensor, head: GaussianHead) -
 # of Eq. (LossC) carries lambda/d, while the shared objective H sums its quadratic form over
 # the d coordinates undivided; so with lambda = 1 R_c weighs 1/d of a term of H's size.
 # - "mean": the 1/d as printed (the default): R_c = 1/d E||z - upsilon||^2, zeta's lambda/d;
-# - "sum": without it, R_c = E||z - upsilon||^2 and zeta's lambda, on H's scale.
-OBJECTIVE_SCALES = ("mean", "sum")
+# - "sum": without it, R_c = E||z - upsilon||^2 and zeta's lambda, on H's scale
+#   (`readings.OBJECTIVE_SCALES`).
 
 
 def check_objective_scale(objective_scale: str) -> None:
@@ -157,8 +159,8 @@ def class_means(
 #   about one local epoch: every sample of class k enters once an epoch, so the estimate is
 #   refreshed at the rate the data are revisited, and a small class is not one batch's mean;
 # - "batch": eta_k = 1, upsilon_k becomes the batch's mean of class k (memory of one batch);
-# - "none": eta_k = 0, upsilon stays the exact means of the round's start.
-PROTOTYPE_STEPS = ("epoch", "batch", "none")
+# - "none": eta_k = 0, upsilon stays the exact means of the round's start
+#   (`readings.PROTOTYPE_STEPS`).
 
 
 @torch.no_grad()

@@ -38,6 +38,7 @@ from .gaussian import (
     refine_biases_,
     update_prototypes_,
 )
+from .readings import ADAPTATIONS, DECOUPLINGS, HEAD_DECAY, RC_INPUTS
 from .training import accuracy, apply_batched, evaluating, make_sgd, run_batches, run_epochs
 
 Data = tuple[torch.Tensor, torch.Tensor] | Iterable[tuple[torch.Tensor, torch.Tensor]]
@@ -50,22 +51,21 @@ Data = tuple[torch.Tensor, torch.Tensor] | Iterable[tuple[torch.Tensor, torch.Te
 # - "gm": the conventional Gaussian classifier, not decoupled: H(phi, psi, nu) (Eq. H, with
 #   the covariance) trained on phi, mu, b and A jointly, as one discriminative head;
 # - "gm-c": the navigator alone, H(phi, psi, E) (Eq. LossH), no nu co-update: A stays E;
-# - "gm-d": the navigator on Eq. LossH and nu co-updated by Eq. cov_approx (pFedGM).
-DECOUPLINGS = ("gm", "gm-c", "gm-d")
+# - "gm-d": the navigator on Eq. LossH and nu co-updated by Eq. cov_approx (pFedGM)
+#   (`readings.DECOUPLINGS`).
 # Phase 2, Table "adaptation": NA "applies no personalized classifier head adaptation", FA
 # "employs only fine-tuning of the classifier head", GA "further incorporates a fine-grained
-# adjustment of b_i following the fine-tuning step" (`personalized_head`).
-ADAPTATIONS = ("none", "finetune", "finetune-lbfgs")
+# adjustment of b_i following the fine-tuning step" (`personalized_head`,
+# `readings.ADAPTATIONS`).
 # Readings of Phase 1 the paper leaves open (`train_round`), the first of each the default:
 # - which head parameters SGD's weight decay reaches: Sec. Training Setup gives "weight
 #   decay=5e-4" for the optimizer and says nothing of the head. mu and b are weights of the
 #   navigator, decayed as the body is (the default); A is a statistic, a precision that decay
-#   would shrink toward 0 whatever the data, so it is left out unless named.
-HEAD_DECAY = ("mu", "b", "A")
+#   would shrink toward 0 whatever the data, so it is left out unless named
+#   (`readings.HEAD_DECAY`);
 # - where R_c reads z when a dropout sits before the navigator (TinyImageNet): "The features
 #   used in Eq. (LossR) are extracted before the dropout layer" (Sec. Model Setup), the
-#   default; "after-dropout" is the navigator's input.
-RC_INPUTS = ("before-dropout", "after-dropout")
+#   default; "after-dropout" is the navigator's input (`readings.RC_INPUTS`).
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -5,6 +5,7 @@ meanings, summary), and listed here.
 Run-config parsing, the strategy the ServerApp builds, the `pyproject.toml` keys (checked by a
 test), the rows of the paper's tables (`paper.grid`), the method table of docs/methods.md
 (`python -m pfedgm_app.methods`) and the keys of docs/run-config.md all come from `METHODS`.
+A method's `Settings` live in `method_settings`, which parses without torch (`pfedgm check`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .. import method_settings
 from ..config import ConfigError, RunConfig, Settings
-from ..presets import apply_preset
 from .base import ClientPlugin, ClientState, ClientTask, Method, Personalized, Reply
 from .ditto import DITTO
 from .fedavg import FEDAVG, FEDAVGFT, LOCAL
@@ -48,48 +49,27 @@ def get_method(name: str) -> Method:
         raise ConfigError(f"unknown method {name!r}; choose one of {list(METHODS)}") from None
 
 
+def _settings() -> dict[str, type[Settings]]:
+    """Each registered method's settings group, by name (what `method_settings` parses with)."""
+    return {name: method.settings for name, method in METHODS.items()}
+
+
 def settings_groups() -> list[type[Settings]]:
     """Every group of run-config keys: the common ones, then each method's (once each)."""
-    groups: list[type[Settings]] = [RunConfig]
-    for method in METHODS.values():
-        if method.settings not in groups:
-            groups.append(method.settings)
-    return groups
+    return method_settings.settings_groups(_settings())
 
 
 def run_config_keys() -> dict[str, Any]:
     """{key: default} of every run-config key (what `pyproject.toml` must declare)."""
-    keys: dict[str, Any] = {}
-    for group in settings_groups():
-        for key, default in group.keys().items():
-            if key in keys:
-                raise RuntimeError(f"run-config key {key!r} is declared by two settings groups")
-            keys[key] = default
-    return keys
+    return method_settings.run_config_keys(_settings())
 
 
 def parse_run_config(run_config: Mapping[str, Any]) -> tuple[RunConfig, Method, Settings]:
-    """Flower's run-config -> (common settings, the chosen method, its settings).
-
-    A `preset` (`presets.py`) fills the keys left at their defaults. Every key is checked, the
-    other methods' too (a bad value is an error even where unused);
-    unknown keys are an error. Raises one ConfigError naming the key and how to fix it, before
-    any data is loaded or any round runs.
-    """
-    known = run_config_keys()
-    unknown = sorted(set(run_config) - set(known))
-    if unknown:
-        raise ConfigError(f"unknown run-config key(s) {unknown}; known keys: {sorted(known)}")
-    run_config = apply_preset(dict(run_config), known)
-    unknown = sorted(set(run_config) - set(known))
-    if unknown:
-        raise ConfigError(f"preset {run_config['preset']!r} sets unknown key(s) {unknown}")
-    cfg = RunConfig.from_run_config(run_config)
-    method = get_method(cfg.method)
-    cfg.validate()
-    for group in settings_groups()[1:]:
-        group.from_run_config(run_config).validate(cfg)
-    return cfg, method, method.settings.from_run_config(run_config)
+    """Flower's run-config -> (common settings, the chosen method, its settings), as
+    `method_settings.parse` checks it: one ConfigError naming the key and how to fix it,
+    before any data is loaded or any round runs."""
+    cfg, settings = method_settings.parse(run_config, _settings())
+    return cfg, METHODS[cfg.method], settings
 
 
 def markdown_table() -> str:

@@ -20,16 +20,12 @@ from torch import nn
 
 from ..config import RunConfig, Settings
 from ..data import ClientData
+from ..method_settings import NoSettings
 from ..models import Model, build_model
 from ..strategies import PersonalizedFedAvg
 from ..training import accuracy, make_sgd, run_epochs, supervised_step
 
 KEPT = "kept-arrays"  # ClientState name of the model parameters a client never sends
-
-
-@dataclass(frozen=True)
-class NoSettings(Settings):
-    """A method without hyperparameters of its own."""
 
 
 @dataclass

@@ -9,24 +9,15 @@ copy, each for whole epochs), where the authors' code interleaves one step of ea
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import torch
 
-from ..config import Settings, at_least
+from ..method_settings import DittoSettings
 from ..models import Model
 from ..training import supervised_step
 from .base import ClientPlugin, ClientTask, Method, Personalized, Reply, accuracy_on_test
 
 PERSONAL = "ditto-personal"  # ClientState name of the personal model (never sent)
-
-
-@dataclass(frozen=True)
-class DittoSettings(Settings):
-    prefix = "ditto"
-    # 1.0 as tuned in the paper; at 10^4 v is w already
-    mu: float = at_least(0, 1.0, at_most=1e4,
-        doc="proximal weight mu of the personal model's term mu/2 ||v - w||^2")  # fmt: skip
 
 
 class DittoClient(ClientPlugin):

@@ -8,32 +8,10 @@ before its evaluation; here `finetune-epochs`, 5 by default, the same).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from ..config import ConfigError, RunConfig, Settings, at_least, setting
+from ..method_settings import FineTune
 from ..models import Model
 from ..training import frozen, supervised_step
 from .base import ClientPlugin, ClientTask, Method, Personalized, accuracy_on_test
-
-
-@dataclass(frozen=True)
-class FineTune(Settings):
-    """Local fine-tuning at the end (FedAvgFT, FedBABU): `finetune-epochs` of the whole model
-    (`finetune-part=model`) or of the head alone (`head`, the body frozen)."""
-
-    # fmt: off
-    finetune_epochs: int = at_least(0, 5, at_most=10_000,  # 10^4 epochs is a typo
-        doc="local fine-tuning epochs at the end")
-    finetune_part: str = setting("model", doc="what they tune: `model` (body and head, as "
-        "FedBABU's authors) or `head` (the body frozen)")
-    # fmt: on
-
-    def validate(self, run: RunConfig) -> None:
-        super().validate(run)
-        if self.finetune_part not in ("model", "head"):
-            raise ConfigError(
-                f"finetune-part must be 'model' or 'head', got {self.finetune_part!r}"
-            )
 
 
 class FedAvgClient(ClientPlugin):

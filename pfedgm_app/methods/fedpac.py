@@ -16,14 +16,12 @@ body on CIFAR; the paper's protocol fixes 0.01 for every method, kept here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
 from .. import wire
-from ..config import Settings, above, at_least
 from ..gaussian import class_means
+from ..method_settings import FedPACSettings
 from ..models import Model
 from ..strategies import FedPAC
 from ..training import apply_batched, frozen, supervised_step
@@ -46,19 +44,6 @@ def feature_statistics(
     mean_sq = sq / counts.clamp(min=1)
     v = (p * mean_sq - p**2 * (means * means).sum(1)).sum() / len(y)
     return v, p[:, None] * means, means
-
-
-@dataclass(frozen=True)
-class FedPACSettings(Settings):
-    prefix = "fedpac"
-    # fmt: off
-    lambda_: float = at_least(0, 1.0, at_most=1e4,  # the paper: 1
-        doc="weight of the feature alignment (MSE to the global class prototypes)")
-    head_epochs: int = at_least(1, 1, at_most=10_000,  # 10^4 epochs is a typo
-        doc="head epochs before the `local-epochs` body epochs of each round")
-    head_learning_rate: float = above(0, 0.1, at_most=100,  # SGD diverges long before 100
-        doc="learning rate of those head epochs")
-    # fmt: on
 
 
 class FedPACClient(ClientPlugin):

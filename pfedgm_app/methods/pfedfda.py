@@ -16,13 +16,11 @@ settings follow it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import Settings, at_least
+from ..method_settings import PFedFDASettings
 from ..models import Model, build_model
 from ..strategies import PFedFDA
 from ..training import accuracy, apply_batched
@@ -151,14 +149,6 @@ def choose_betas(
 
 def _mix(beta, mu, cov, global_mu, global_cov):
     return beta[0] * mu + (1 - beta[0]) * global_mu, beta[1] * cov + (1 - beta[1]) * global_cov
-
-
-@dataclass(frozen=True)
-class PFedFDASettings(Settings):
-    prefix = "pfedfda"
-    # each fold costs an L-BFGS fit (the authors: 2)
-    cv_folds: int = at_least(2, 2, at_most=100,
-        doc="folds of the cross-validation that picks the interpolation coefficients")  # fmt: skip
 
 
 class PFedFDAClient(ClientPlugin):

@@ -27,35 +27,16 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from ..config import Settings, above, at_least
+from ..method_settings import PFedMeSettings
 from ..models import Model
 from ..training import run_epochs, supervised_step
 from .base import ClientPlugin, ClientTask, Method, Personalized, Reply, accuracy_on_test
 
 PERSONAL = "pfedme-personal"  # ClientState name of theta (never sent)
-
-
-@dataclass(frozen=True)
-class PFedMeSettings(Settings):
-    prefix = "pfedme"
-    # fmt: off
-    lambda_: float = at_least(0, 5.0, at_most=1e4,
-        doc="Moreau-envelope weight lambda (as the paper tuned it)")
-    inner_steps: int = at_least(1, 5, at_most=10_000,  # K; the paper: 5
-        doc="inner steps per batch on the personal model theta")
-    personal_learning_rate: float = above(0, 0.01, at_most=100,  # diverges long before 100
-        doc="step size of the inner steps")
-    tolerance: float = at_least(0, 0.0, at_most=1e6,  # ||grad h||; beyond 10^6 a typo
-        doc="gradient norm at which the inner solve stops early (0: never)")
-    local_batches: int = at_least(0, 0, at_most=10**6,  # 10^6 batches is a typo
-        doc="0: `local-epochs` epochs a round (the paper's protocol); R > 0: R mini-batches a "
-        "round (the authors': 20)")
-    # fmt: on
 
 
 def moreau_step_(

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from ..config import Settings, at_least
+from ..method_settings import FedRepSettings, FineTune, LGFedAvgSettings
 from ..models import Model
 from ..training import frozen, supervised_step
 from .base import ClientPlugin, ClientTask, Method, Personalized, Reply, accuracy_on_test
-from .fedavg import FedAvgFTClient, FineTune, fine_tune
+from .fedavg import FedAvgFTClient, fine_tune
 
 
 class FedPerClient(ClientPlugin):
@@ -21,20 +19,6 @@ class FedPerClient(ClientPlugin):
     """
 
     sends = ("generator",)
-
-
-@dataclass(frozen=True)
-class LGFedAvgSettings(Settings):
-    prefix = "lgfedavg"
-    # below 1, so that the split happens
-    warmup_fraction: float = at_least(0, 0.5, below=1, doc="the fraction of `num-server-rounds` "
-        "run as FedAvg (every layer global) before the split into global convolutions and local "
-        "fully connected layers")  # fmt: skip
-
-    def warm(self, task: ClientTask) -> bool:
-        """Whether this round is one of the FedAvg rounds before the split."""
-        warmup = int(self.warmup_fraction * task.cfg.num_server_rounds)
-        return 0 < task.server_round <= warmup
 
 
 class LGFedAvgClient(ClientPlugin):
@@ -81,21 +65,6 @@ class FedBABUClient(FedAvgFTClient):
                 supervised_step(model), model.generator.parameters(), task.cfg.local_epochs
             )
         return self.send(model, task, metrics)
-
-
-@dataclass(frozen=True)
-class FedRepSettings(Settings):
-    """FedRep's local schedule: `fedrep-head-epochs` head epochs, then `local-epochs` body
-    epochs, each round; `fedrep-refit-epochs` head epochs on the final body at the end."""
-
-    prefix = "fedrep"
-    # fmt: off
-    head_epochs: int = at_least(1, 1, at_most=10_000, doc="head epochs, body fixed, before the "
-        "`local-epochs` body epochs of each round (1: PFLlib's `plocal_epochs`, the paper's "
-        "FedRep cost; the authors' CIFAR scripts: 10)")
-    refit_epochs: int = at_least(0, 10, at_most=10_000, doc="head epochs of the final refit on "
-        "the final body (the authors' max(10, .))")  # max(10, local_ep - rep_ep)
-    # fmt: on
 
 
 class FedRepClient(ClientPlugin):

@@ -16,7 +16,7 @@ import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
 from .. import wire
-from .personalized import PersonalizedFedAvg
+from ..readings import BIAS_AVERAGES, COVARIANCE_AVERAGES
 
 # Algorithm 1: "Server updates phi, psi, nu using a weighted average" of the clients' values,
 # without saying in which coordinates b and A are averaged. The readings:
@@ -25,9 +25,9 @@ from .personalized import PersonalizedFedAvg
 #   i.e. the weighted harmonic mean of A.
 # - b (`bias_average`): "arithmetic", the mean of b_k = log(pi_k / |S_k|^(1/2)) as sent (the
 #   default); "mixture", the log of the mean of exp(b_k) = pi_k / |S_k|^(1/2), i.e. averaging
-#   the mixture weights pi_k (at equal S_k) rather than their logarithms.
-COVARIANCE_AVERAGES = ("precision", "covariance")
-BIAS_AVERAGES = ("arithmetic", "mixture")
+#   the mixture weights pi_k (at equal S_k) rather than their logarithms
+#   (`readings.COVARIANCE_AVERAGES`, `readings.BIAS_AVERAGES`).
+from .personalized import PersonalizedFedAvg
 
 
 class PFedGM(PersonalizedFedAvg):

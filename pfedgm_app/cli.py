@@ -1,0 +1,154 @@
+"""`pfedgm`: the app's one command. A thin click layer over plain functions (`check`, `submit`,
+`predict`, `paper.cli`, `superlink`), each imported when its command runs, so that `pfedgm
+check` imports neither torch nor flwr.
+
+    pfedgm check --run-config "method='fedavg' num-server-rounds=50"
+    pfedgm run --run-config "preset='smoke' output-dir='/abs/out'" \
+        --federation-config "num-supernodes=4"
+    pfedgm predict /abs/out/models/client-0.safetensors examples/images/
+    pfedgm paper list
+    pfedgm superlink stop
+
+Bad input: one line per problem on stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from .config import ConfigError, RunConfig
+
+RUN_CONFIG_HELP = (
+    'the run-config as `flwr run` takes it: "key=value ..." (TOML values, strings quoted) '
+    "or a TOML file; may be repeated"
+)
+PASS_THROUGH = {"ignore_unknown_options": True, "help_option_names": []}  # --help goes on too
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """pFedGM on Flower: check a run-config, run it, predict with a client's model, run the
+    paper's tables, stop the managed SuperLink."""
+
+
+@main.command(short_help="Validate a run-config here, before any simulation.")
+@click.option("--run-config", "-c", "run_config", multiple=True, metavar="CONFIG",
+              help=RUN_CONFIG_HELP)  # fmt: skip
+def check(run_config: tuple[str, ...]) -> None:
+    """Check a run-config here, before any simulation: keys (a misspelt one with the nearest
+    valid key), types, bounds, presets, a local dataset path, the output-dir. Exit 2 with one
+    line per problem, 0 with one "ok" line."""
+    cfg = _checked(run_config)
+    out = cfg.output_dir or "(a fresh folder)"
+    click.echo(f"ok: method={cfg.method} dataset={cfg.dataset} "
+               f"num-server-rounds={cfg.num_server_rounds} output-dir={out}")  # fmt: skip
+
+
+@main.command(short_help="Check, submit and follow a run; exit 1 when it failed.")
+@click.argument("app_dir", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.argument("superlink", required=False)
+@click.option("--run-config", "-c", "run_config", multiple=True, metavar="CONFIG",
+              help=RUN_CONFIG_HELP)  # fmt: skip
+@click.option("--federation-config", multiple=True, metavar="CONFIG",
+              help='the federation as `flwr run` takes it: "num-supernodes=4 ..."')  # fmt: skip
+@click.option("--stream/--no-stream", default=True, show_default=True,
+              help="show the run's log as it runs")  # fmt: skip
+def run(
+    app_dir: Path | None,
+    superlink: str | None,
+    run_config: tuple[str, ...],
+    federation_config: tuple[str, ...],
+    stream: bool,
+) -> None:
+    """Check the run-config (exit 2 on problems, nothing submitted), submit the run through
+    `flwr run` (APP_DIR: the app's project folder, by default this one's; SUPERLINK: a
+    connection of $FLWR_HOME/config.toml, by default the local simulation) and follow it to
+    its end. Exit 0 when it completed; 1 when it did not, the app's line saying why last."""
+    from .paper.flwr_cli import APP_DIR
+    from .submit import failure, follow, submit
+
+    app_dir = (app_dir or APP_DIR).resolve()
+    if not (app_dir / "pyproject.toml").is_file():
+        _refuse([f"APP_DIR {app_dir}: no pyproject.toml; give the app's project folder"])
+    _checked(run_config)
+    env = dict(os.environ)
+    try:
+        run_id = submit(app_dir, run_config, federation_config, superlink, env)
+    except (RuntimeError, ValueError) as exc:  # not submitted; ValueError: no flwr on PATH
+        click.echo(f"pfedgm run: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"pfedgm run: run {run_id} submitted")
+    try:
+        status = follow(run_id, superlink, env, stream)
+    except KeyboardInterrupt:
+        click.echo(f"pfedgm run: run {run_id} goes on; `flwr stop {run_id}` stops it", err=True)
+        sys.exit(130)
+    click.echo(f"pfedgm run: run {run_id} {status}")
+    if status != "finished:completed":
+        click.echo(failure(run_id, superlink, env), err=True)
+        sys.exit(1)
+
+
+@main.command(context_settings=PASS_THROUGH, short_help="Classify images with a client's model.")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def predict(args: tuple[str, ...]) -> None:
+    """MODEL IMAGES...: each image's class with a client's saved model, without Flower (as
+    `python -m pfedgm_app.predict`; `pfedgm predict --help` for its options)."""
+    from . import predict as predict_module
+
+    sys.exit(predict_module.main(list(args)))
+
+
+@main.command(context_settings=PASS_THROUGH, short_help="The paper's tables (pfedgm-paper).")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def paper(args: tuple[str, ...]) -> None:
+    """The paper's tables as grids of runs, and their renderings (as `pfedgm-paper`: list, run,
+    collect, render, tsne, dynamics; `pfedgm paper --help` for more)."""
+    from .paper.cli import main as paper_main
+
+    sys.exit(paper_main(list(args)))
+
+
+@main.group(short_help="The managed SuperLink: stop.")
+def superlink() -> None:
+    """The managed SuperLink that `flwr run` starts in the background and leaves running."""
+
+
+@superlink.command(short_help="Stop this FLWR_HOME's managed SuperLink.")
+def stop() -> None:
+    """Stop the managed SuperLink of this FLWR_HOME (default ~/.flwr) and everything it
+    started; other FLWR_HOMEs' and other users' are left alone. The next `flwr run` starts a
+    fresh one, with the environment of that moment."""
+    from .superlink import flwr_home, stop_local_superlink
+
+    home = flwr_home()
+    if count := stop_local_superlink(home):
+        click.echo(f"stopped the managed SuperLink of {home} ({count} processes)")
+    else:
+        click.echo(f"no managed SuperLink of {home} is running")
+
+
+def _checked(run_config: tuple[str, ...]) -> RunConfig:
+    """The run's common settings when `run_config` passes `check.check`; else its problems,
+    one line each, and exit 2."""
+    from .check import check as check_run_config
+    from .check import read_run_config
+
+    try:
+        problems, cfg = check_run_config(read_run_config(run_config))
+    except ConfigError as exc:
+        problems, cfg = [str(exc)], None
+    if problems or cfg is None:
+        _refuse(problems)
+    return cfg
+
+
+def _refuse(problems: list[str]) -> NoReturn:
+    for line in problems:
+        click.echo(line, err=True)
+    sys.exit(2)

@@ -1,0 +1,197 @@
+"""`pfedgm`, the app's one command: `check` refuses a bad run-config in one line per problem
+(exit 2) before anything runs, and imports neither torch nor flwr; `run` submits nothing
+then, and exits by how the run ended; `predict`, `paper` and `superlink stop` do what their
+own entry points do."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from pfedgm_app import method_settings, submit
+from pfedgm_app.check import check, read_run_config
+from pfedgm_app.cli import main
+from pfedgm_app.methods import METHODS, run_config_keys
+from pfedgm_app.paper.flwr_cli import APP_DIR
+from pfedgm_app.paper.grid import TABLES
+from pfedgm_app.presets import PRESETS
+
+
+def pfedgm(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def refused(*args: str) -> list[str]:
+    """The lines of a `pfedgm` call that must exit 2."""
+    result = pfedgm(*args)
+    assert result.exit_code == 2, result.output
+    return result.stderr.splitlines()
+
+
+def test_check_accepts_the_defaults_and_every_preset():
+    result = pfedgm("check")
+    assert result.exit_code == 0 and result.output.startswith("ok: method=pfedgm"), result.output
+    assert len(result.output.splitlines()) == 1
+    for name in PRESETS:
+        assert check({"preset": name})[0] == [], name
+    assert pfedgm("check", "--run-config", "preset='cifar100-dir01'").exit_code == 0
+
+
+def test_check_reads_the_run_config_as_flower_does(tmp_path):
+    given = read_run_config(["method='fedavg' output-dir=\"/a b\" lambda=0.5", "resume=true"])
+    assert given == {"method": "fedavg", "output-dir": "/a b", "lambda": 0.5, "resume": True}
+    toml = tmp_path / "run.toml"
+    toml.write_text('method = "ditto"\nditto-mu = 2.0\n')
+    assert read_run_config([str(toml)]) == {"method": "ditto", "ditto-mu": 2.0}
+    assert pfedgm("check", "--run-config", str(toml)).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("run_config", "line"),
+    [
+        ("num-server-round=5", "num-server-round: not a key of this app; did you mean "
+         "num-server-rounds?"),
+        ("local-epochs='five'", "local-epochs must be int, got 'five'"),
+        ("fraction-train=1.5", "fraction-train must be <= 1, got 1.5"),
+        ("adaptation='lbfgs'", "adaptation must be one of ('none', 'finetune', "
+         "'finetune-lbfgs'), got 'lbfgs'"),
+        ("preset='smoky'", "unknown preset 'smoky'"),
+        ("method=fedavg", "method=fedavg: not a TOML value; quote a string: method='fedavg'"),
+        ("rounds = 5", "--run-config: 'rounds' is no key=value pair"),
+    ],
+)  # fmt: skip
+def test_check_refuses_a_bad_key_or_value_in_one_line(run_config, line):
+    lines = refused("check", "--run-config", run_config)
+    assert len(lines) == 1 and lines[0].startswith(line), lines
+
+
+def test_check_refuses_a_missing_dataset_path_and_a_finished_output_dir(tmp_path):
+    missing = tmp_path / "no-such-data"
+    lines = refused("check", "-c", f"dataset='{missing}'")
+    assert lines == [
+        f"dataset: no such path {missing}; give the absolute path of a local copy (parquet "
+        "splits or an image folder) or a hub id"
+    ]
+    finished = tmp_path / "run"
+    finished.mkdir()
+    (finished / "summary.json").write_text("{}")
+    for extra in ("", " resume=true"):
+        lines = refused("check", "-c", f"output-dir='{finished}'{extra}")
+        assert len(lines) == 1 and lines[0].startswith(f"output-dir {finished}"), lines
+        assert "finished" in lines[0]
+    assert pfedgm("check", "-c", f"output-dir='{tmp_path / 'fresh'}'").exit_code == 0
+
+
+def test_check_says_every_independent_problem_in_its_own_line(tmp_path):
+    lines = refused("check", "-c", "num-server-round=5 seeds=1 lambda=1e9")
+    assert lines[:2] == [
+        "num-server-round: not a key of this app; did you mean num-server-rounds?",
+        "seeds: not a key of this app; did you mean seed?",
+    ]
+    assert lines[2:] == ["lambda must be <= 10000.0, got 1000000000.0"]
+    finished = tmp_path / "run"
+    finished.mkdir()
+    (finished / "summary.json").write_text("{}")
+    run_config = f"dataset='{tmp_path / 'none'}' output-dir='{finished}'"
+    assert [line.split()[0] for line in refused("check", "-c", run_config)] == [
+        "dataset:",
+        "output-dir",
+    ]
+
+
+def test_the_check_knows_what_the_registry_and_the_code_know():
+    """`pfedgm check` reads no method module (torch): its table of methods and settings is
+    the registry's."""
+    registered = [(name, method.settings) for name, method in METHODS.items()]
+    assert list(method_settings.SETTINGS.items()) == registered, "update SETTINGS"
+    assert method_settings.run_config_keys() == run_config_keys()
+
+
+def test_check_imports_neither_torch_nor_flwr():
+    code = (
+        "import sys\n"
+        "from pfedgm_app.cli import main\n"
+        "try:\n"
+        "    main(['check', '-c', \"method='fedpac' preset='smoke'\"])\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code == 0, exit.code\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'flwr', 'numpy'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    ok = "ok: method=fedpac dataset=uoft-cs/cifar10 num-server-rounds=2 output-dir=(a fresh folder)"
+    assert out.stdout.splitlines() == [ok, "[]"]
+
+
+class FakeFlower:
+    """Stands in for the `flwr` CLI (`paper.flwr_cli.flwr`): `run` submits run 7, `list` says
+    `status`, `log --show` prints `log`; every call is recorded."""
+
+    def __init__(self, status: str = "finished:completed", log: str = "") -> None:
+        self.status, self.log, self.calls = status, log, []
+
+    def __call__(self, args, env, check=True, timeout=None):
+        self.calls.append(args)
+        answers = {
+            "run": {"success": True, "run-id": 7},
+            "list": {"success": True, "runs": [{"run-id": 7, "status": self.status}]},
+        }
+        out = self.log if args[0] == "log" else json.dumps(answers[args[0]])
+        return subprocess.CompletedProcess(args, 0, stdout=out, stderr="")
+
+
+@pytest.fixture
+def flower(monkeypatch) -> FakeFlower:
+    fake = FakeFlower()
+    monkeypatch.setattr(submit, "flwr", fake)
+    monkeypatch.setattr(submit, "flwr_command", lambda: "true")  # `flwr log` ends at once
+    return fake
+
+
+def test_run_with_a_bad_run_config_submits_nothing(flower):
+    lines = refused("run", "--run-config", "num-server-round=5")
+    assert lines == ["num-server-round: not a key of this app; did you mean num-server-rounds?"]
+    assert flower.calls == []
+
+
+def test_run_submits_the_options_as_given_and_exits_0_when_the_run_completed(flower, tmp_path):
+    run_config = f"preset='smoke' output-dir='{tmp_path / 'out'}'"
+    result = pfedgm("run", "-c", run_config, "--federation-config", "num-supernodes=4")
+    assert result.exit_code == 0, result.output
+    options = ["--run-config", run_config, "--federation-config", "num-supernodes=4"]
+    assert flower.calls[0] == ["run", str(APP_DIR), *options, "--format", "json"]
+    assert result.output.splitlines()[-1] == "pfedgm run: run 7 finished:completed"
+
+
+def test_a_failed_run_exits_1_with_the_apps_line_last(flower):
+    flower.status = "finished:failed"
+    flower.log = (
+        "INFO :      pFedGM app: method=pfedgm, 4 clients, outputs in /x\n"
+        "ERROR :      pFedGM app: SuperNode 3 cannot take part: its data is missing\n"
+        "Traceback (most recent call last):\n  ...\n"
+    )
+    result = pfedgm("run")
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines()[-2:] == [
+        "pfedgm run: run 7 finished:failed",
+        "pFedGM app: SuperNode 3 cannot take part: its data is missing",
+    ]
+
+
+def test_superlink_stop_with_none_running_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path))
+    result = pfedgm("superlink", "stop")
+    assert result.exit_code == 0
+    assert result.output == f"no managed SuperLink of {tmp_path} is running\n"
+
+
+def test_paper_and_predict_are_their_own_commands(tmp_path):
+    result = pfedgm("paper", "list")
+    assert result.exit_code == 0, result.output
+    assert {line.split(":")[0] for line in result.output.splitlines()} >= set(TABLES)
+    result = pfedgm("predict", str(tmp_path), str(tmp_path))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"predict: {tmp_path}: no client-<id>.safetensors in it")
