@@ -4,6 +4,7 @@ a door (short, pointing at the rest)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -102,3 +103,17 @@ def test_the_readme_is_a_door():
     paths = re.findall(r"^\| `([\w./*-]+/[\w./*-]*)` \|", readme, flags=re.M)  # the map
     assert len(paths) > 20
     assert [p for p in paths if not list(ROOT.glob(p.rstrip("/")))] == [], "update the map"
+
+
+@pytest.mark.slow  # pdoc renders five modules
+def test_the_api_reference_is_current():
+    """docs/api is pdoc's rendering of the library's modules with the versions it records;
+    with other versions installed, the rendering may differ without the code having changed."""
+    from devtools import api
+
+    recorded = json.loads((api.API / "versions.json").read_text())
+    if recorded != api.versions():
+        pytest.skip(f"docs/api was written with {recorded}, this environment has {api.versions()}")
+    assert not api.stale(), f"docs/api is out of date: run `{api.COMMAND}`"
+    page = (api.API / "pfedgm_app" / "strategies.html").read_text()
+    assert "navigator_keys" in page and "covariance_keys" in page

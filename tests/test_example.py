@@ -121,6 +121,19 @@ def test_the_package_builds_a_wheel_another_project_can_depend_on(tmp_path):
     assert not [n for n in names if n.startswith(("tests/", "examples/", "benchmarks/"))]
 
 
+@pytest.mark.slow  # fresh interpreters
+def test_the_library_imports_no_dataset_plotting_or_paper_module():
+    """Another Flower project imports the strategies and the client phases: neither pulls in
+    datasets, pyarrow, matplotlib nor the paper package."""
+    for statement in ("import pfedgm_app.strategies", "import pfedgm_app.phases"):
+        code = f"import sys; {statement}; print(' '.join(sys.modules))"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout.split()  # fmt: skip
+        tops = {m.split(".")[0] for m in out}
+        assert not {"datasets", "flwr_datasets", "pyarrow", "matplotlib"} & tops, statement
+        assert not [m for m in out if m.startswith("pfedgm_app.paper")], statement
+
+
 @pytest.mark.slow  # a fresh interpreter
 def test_the_apps_clientapp_imports_no_dataset_library_until_it_decodes():
     """A deployment starts a fresh ClientApp process per message; one whose client is in the
