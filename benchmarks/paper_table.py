@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 from pathlib import Path
 
+from pfedgm_app.paper import paired
 from pfedgm_app.paper.published import PUBLISHED
 from pfedgm_app.plots import dataset_label
 from pfedgm_app.run_folder import RunFolder
@@ -84,17 +84,10 @@ def client_accuracies(summary: dict) -> dict[int, tuple[float, int]] | None:
 def paired_gap(
     a: dict[int, tuple[float, int]], b: dict[int, tuple[float, int]]
 ) -> tuple[float, float]:
-    """Gap a - b of two methods' test-size-weighted mean accuracies on the same clients, and its
-    standard error from the per-client differences d_i with weights w_i (clients independent):
-    se = sqrt(sum w_i^2 (d_i - gap)^2) / sum w_i. Pairing removes the spread between clients,
-    which dominates each method's own std."""
-    ids = sorted(a.keys() & b.keys())
-    w = [a[i][1] for i in ids]
-    d = [a[i][0] - b[i][0] for i in ids]
-    total = sum(w)
-    gap = sum(wi * di for wi, di in zip(w, d, strict=True)) / total
-    se = math.sqrt(sum((wi * (di - gap)) ** 2 for wi, di in zip(w, d, strict=True))) / total
-    return gap, se
+    """Gap a - b of two methods' test-size-weighted mean accuracies on the same clients and its
+    standard error: `pfedgm_app.paper.paired.paired_gap` on one seed's clients."""
+    gap = paired.paired_gap({(0, i): v for i, v in a.items()}, {(0, i): v for i, v in b.items()})
+    return gap.gap, gap.se
 
 
 def dataset_name(summary: dict) -> str:
