@@ -64,6 +64,17 @@ def every_method_run(mnist, tmp_path_factory):
 
 
 @pytest.fixture
+def fresh_caches(tmp_path, monkeypatch):
+    """A disk cache of the test's own and empty in-memory caches, as a new process has."""
+    from pfedgm_app.data import cache
+
+    monkeypatch.setenv("PFEDGM_CACHE_DIR", str(tmp_path / "cache"))
+    cache._CLIENTS.clear()
+    yield
+    cache._CLIENTS.clear()
+
+
+@pytest.fixture
 def task_identity():
     """Messages can only be built inside a run; give this process an identity for the test."""
     with run_identity():

@@ -16,12 +16,8 @@ from pfedgm_app.data.clients import corrupted
 
 
 @pytest.fixture(autouse=True)
-def fresh_caches(tmp_path, monkeypatch):
+def _fresh(fresh_caches):
     """Each test with its own disk cache and empty in-memory caches (a new process)."""
-    monkeypatch.setenv("PFEDGM_CACHE_DIR", str(tmp_path / "cache"))
-    cache._CLIENTS.clear()
-    yield
-    cache._CLIENTS.clear()
 
 
 class Payload:

@@ -35,12 +35,8 @@ DIGITS = KNOWN_CLASSES["ylecun/mnist"]
 
 
 @pytest.fixture(autouse=True)
-def fresh_caches(tmp_path, monkeypatch):
+def _fresh(fresh_caches):
     """Each test with its own disk cache and empty in-memory caches (a new process)."""
-    monkeypatch.setenv("PFEDGM_CACHE_DIR", str(tmp_path / "cache"))
-    cache._CLIENTS.clear()
-    yield
-    cache._CLIENTS.clear()
 
 
 @pytest.fixture(scope="session")
