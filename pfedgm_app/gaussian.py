@@ -59,7 +59,7 @@ def gaussian_logits(
 # - "scaled": N(0, 1/d), a layer-style init with ||mu_k|| near 1. mu then trains at the body's
 #   learning rate with weight decay, each class moved by about 1/K of a batch and averaged with
 #   clients lacking it, so at K = 100 the navigator barely leaves its start.
-# RESULTS.md ("The navigator's initial scale") has the paired per-client comparison: "standard"
+# docs/notes/navigator-init.md has the paired per-client comparison: "standard"
 # is ahead on every 128-d cell (+2.7 to +8.7 points per client at 30 rounds). On the 512-d
 # TinyImageNet backbone the two are level (+0.4, se 0.6), though there ||mu_k||^2 near 512
 # makes round 1's logits steep enough that one client's loss became NaN; the contract drops

@@ -178,7 +178,7 @@ class PFedGMSettings(Settings):
         "pFedGM) navigator on Eq. LossH with nu co-updated; `gm-c` (G.M.-C.) navigator alone, A "
         "stays E; `gm` (G.M.) one Gaussian classifier, H with covariance trained on phi, mu, b "
         "and A jointly")
-    # Phase 1's open readings (RESULTS.md, "Phase 1's open readings"), each the first reading
+    # Phase 1's open readings (RESULTS.md, "Why Phase 1 stalls"), each the first reading
     prototype_step: str = setting("epoch", doc="Phase 1, Algorithm 1's prototype step size "
         '("with a stepsize"): `epoch` n_k(batch)/N_k(client), a moving average over about an '
         "epoch; `batch` 1, the batch's class mean; `none` 0, the round-start means")
