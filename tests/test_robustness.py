@@ -166,3 +166,23 @@ def test_the_runs_records_are_strict_json(tmp_path):
     row = json.loads((tmp_path / "rounds.jsonl").read_text(), parse_constant=pytest.fail)
     assert row == {"loss": 1.0, "round": 1, "total": None}
     assert strict_json({"a": [float("nan")]}) == '{"a": [null]}'
+
+
+def test_a_test_size_counts_at_most_the_servers_bound_in_the_headline():
+    """A client claiming a billion test samples and accuracy 0 (within what it reported at
+    query) counts as `caps` says, not as it claims: the headline stays the honest clients'."""
+    from pfedgm_app.strategies.personalize import collect
+
+    def reply(node, accuracy, num_test):
+        metrics = MetricRecord({"accuracy": accuracy, "num-test": num_test, "partition-id": node})
+        ins = Message(RecordDict(), dst_node_id=node, message_type="train.personalize")
+        return Message(RecordDict({"metrics": metrics}), reply_to=ins)
+
+    honest = [reply(n, 0.8, 100) for n in (1, 2, 3)]
+    reported = {n: {"num-test": 100} for n in (1, 2, 3)} | {9: {"num-test": 1e9}}
+    strategy = PersonalizedFedAvg(reported=reported, weight_ratio=20.0)
+    caps = {n: strategy.weight_bound(n, "num-test") for n in (1, 2, 3, 9)}
+    result = collect([*honest, reply(9, 0.0, 1e9)], 4, 10, "train.personalize", reported, caps)
+    assert caps[9] == 2000 and result.mean_accuracy == pytest.approx(80 * 300 / 2300)
+    uncapped = collect([*honest, reply(9, 0.0, 1e9)], 4, 10, "train.personalize", reported)
+    assert uncapped.mean_accuracy < 0.001  # what the cap prevents
