@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The library as another Flower project gets it: the sdist and the wheel built from this tree,
+# the wheel installed into a fresh virtual environment, and the example project
+# (examples/quickstart-pfedgm) run against it through `flwr run`, from a folder outside the
+# clone, so that nothing of the clone can stand in for what the wheel lacks.
+#   .ci/wheel_check.sh            (from any folder; needs ../shared/data/cifar10 beside the clone)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d)
+python -m pip install --quiet build
+python -m build --outdir "$work/dist" "$root" > "$work/build.log"
+ls "$work"/dist/pfedgm_app-*.tar.gz > /dev/null  # the sdist too
+python3 -m venv "$work/venv"
+"$work/venv/bin/pip" install --quiet --upgrade pip
+"$work/venv/bin/pip" install --quiet "$work"/dist/pfedgm_app-*.whl
+cp -r "$root/examples/quickstart-pfedgm" "$work/example"
+cd "$work"  # no clone on any path from here
+export PATH="$work/venv/bin:$PATH" FLWR_HOME="$work/flwr-home"
+export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 FLWR_TELEMETRY_ENABLED=0 HF_HUB_OFFLINE=1
+python - "$root" <<'EOF'
+import sys
+from pathlib import Path
+
+import pfedgm_app
+
+assert Path(sys.argv[1]) not in Path(pfedgm_app.__file__).resolve().parents, pfedgm_app.__file__
+print("pfedgm_app from", Path(pfedgm_app.__file__).parent)
+EOF
+python - "$root/../shared/data/cifar10" "$work/data" <<'EOF'
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+source, target = Path(sys.argv[1]), Path(sys.argv[2])
+target.mkdir()
+for split, rows in (("train", 1200), ("test", 200)):  # every k-th row: a quick data load
+    table = pq.read_table(source / f"{split}.parquet")
+    every = table.num_rows // rows
+    pq.write_table(table.take(list(range(0, every * rows, every))), target / f"{split}.parquet")
+EOF
+stop() { pfedgm superlink stop || true; }
+trap stop EXIT
+flwr run example --stream --federation-config "num-supernodes=2" --run-config \
+  "data-dir='$work/data' samples-per-client=300 num-server-rounds=2 local-epochs=1 output-dir='$work/out'"
+test -f "$work/out/summary.json" || { echo "the example's run failed: no summary.json" >&2; exit 1; }
+echo "the example ran against the wheel: $(head -c 300 "$work/out/summary.json")"
+stop && trap - EXIT
+rm -rf "$work"  # kept only when a step failed
