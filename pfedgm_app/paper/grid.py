@@ -80,7 +80,7 @@ ADAPTATION_ROWS = (
 # Phase 1's open readings (RESULTS.md), ranked on validation accuracy: each run holds out 10 %
 # of every client's training data (`validation-fraction`) and reports accuracy on it, never
 # reading the test sets; the default reading is the last row, the one the paired differences
-# start from. `readings-test` reruns the finalists without the hold-out, on the test sets.
+# start from. The finalists' test accuracy: the same keys without the hold-out, once known.
 VALIDATION = {"validation-fraction": 0.1}
 READINGS = tuple(
     _variant(name, label, **VALIDATION, **keys)
