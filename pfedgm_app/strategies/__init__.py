@@ -1,5 +1,6 @@
 """Server-side strategies (flwr + numpy only; no models or data code of this app)."""
 
+from .admission import ReplyAdmission
 from .fedpac import FedPAC
 from .personalize import PersonalizationResult, summarize
 from .personalized import PersonalizedFedAvg, merge_arrays
@@ -14,6 +15,7 @@ __all__ = [
     "PFedGM",
     "PersonalizationResult",
     "PersonalizedFedAvg",
+    "ReplyAdmission",
     "WindowedGrid",
     "merge_arrays",
     "sample_nodes",

@@ -1,0 +1,87 @@
+"""Which train replies enter a round's aggregate and with what weight: the checks of
+`PersonalizedFedAvg` against what the server knows (docs/robustness.md). flwr + numpy only.
+
+`ReplyAdmission` is a mixin of the strategy; it reads the strategy's `reported` (node id ->
+its query metrics), `weight_ratio`, `sampled` (round -> the nodes sent to), `weighted_by_key`
+and `arrayrecord_key`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.app import ArrayRecord, Message, RecordDict
+
+from .. import wire
+from .contract import MAX_SAMPLES, record_bytes, train_reply_problem
+
+
+def model_bytes(arrays: ArrayRecord) -> int:
+    return sum(len(a.data) for a in arrays.values())
+
+
+class ReplyAdmission:
+    """The hooks that admit a train reply (`checked_problem`) and weigh it (`weight_bound`);
+    subclasses refine `extras_problem` and `reject_reason`."""
+
+    def extras_problem(self, extras: ArrayRecord) -> str | None:
+        """Why a reply's extras break this strategy's contract, or None. This strategy uses
+        none: a reply with extras is refused (FedPAC's and others override)."""
+        return "extras this method does not use"
+
+    def reject_reason(self, content: RecordDict) -> str | None:
+        """Why a train reply that fits the wire contract must still not enter the aggregate
+        (e.g. a statistic outside its domain), or None. Override to add checks."""
+        return None
+
+    def reply_problem(self, msg: Message, current: ArrayRecord | None) -> str | None:
+        """Why the train reply `msg` cannot be used, or None: an error reply, the wire
+        contract (`contract.train_reply_problem`, weights bounded by `reported`), the
+        extras' contract, then `reject_reason`."""
+        if msg.has_error():
+            return "error reply: " + " ".join(str(msg.error.reason).split())[:300]
+        node, content = msg.metadata.src_node_id, msg.content
+        bound = (self.reported or {}).get(node, {}).get(self.weighted_by_key)
+        if current is not None and record_bytes(content) > 2 * model_bytes(current) + (1 << 20):
+            return f"a reply of {record_bytes(content)} bytes for a model of {model_bytes(current)}"
+        problem = train_reply_problem(
+            content, current, self.weighted_by_key, bound, self.arrayrecord_key
+        )
+        if problem is None and wire.EXTRAS in content.array_records:
+            problem = self.extras_problem(content.array_records[wire.EXTRAS])
+        return problem or self.reject_reason(content)
+
+    def checked_problem(self, msg: Message, current: ArrayRecord | None, seen: set[int],
+                        server_round: int) -> str | None:  # fmt: skip
+        """`reply_problem`, a second reply of a node or one from a node not sampled, and
+        whatever the checks raise: nothing a reply holds can raise in the server."""
+        node = msg.metadata.src_node_id
+        if node in seen:
+            return "a second reply in this round"
+        seen.add(node)
+        if (sampled := self.sampled.get(server_round)) is not None and node not in sampled:
+            return "a reply from a node not sampled in this round"
+        try:
+            return self.reply_problem(msg, current)
+        except Exception as exc:  # noqa: BLE001 - the reply's fault, reported as its node's
+            return f"a reply that cannot be checked ({type(exc).__name__})"
+
+    @property
+    def default_metric_keys(self) -> tuple[str, ...]:
+        """The train metrics taken from replies when `metric_keys` is not given."""
+        return wire.TRAIN_METRICS
+
+    def weight_bound(self, node: int, key: str) -> float:
+        """The most `key` (a size: `num-examples`, `num-test`) that counts for `node`: what
+        it reported at query, at most `weight_ratio` times the median of all reported (a
+        report can lower its bound, never raise it), at most `contract.MAX_SAMPLES`."""
+        sizes = [float(r[key]) for r in (self.reported or {}).values() if key in r]
+        bound = MAX_SAMPLES
+        if sizes:
+            bound = min(bound, self.weight_ratio * float(np.median(sizes)))
+        own = (self.reported or {}).get(node, {}).get(key)
+        return min(bound, float(own)) if own is not None else bound
+
+    def _weight(self, msg: Message) -> float:
+        """A reply's weight: its claim, at most its node's `weight_bound`."""
+        claim = float(next(iter(msg.content.metric_records.values()))[self.weighted_by_key])
+        return min(claim, self.weight_bound(msg.metadata.src_node_id, self.weighted_by_key))
