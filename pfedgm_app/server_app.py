@@ -7,6 +7,7 @@ round 1; outputs go to `output-dir` as the run goes (`results.RunWriter`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from logging import ERROR, INFO
 
@@ -25,6 +26,24 @@ from .strategies import WindowedGrid
 from .strategies.window import messages_in_flight
 
 app = ServerApp()
+
+
+class ExplainedRefusal(logging.Filter):
+    """A run the app refuses (a `ConfigError`) has been explained in one `pFedGM app:` line;
+    Flower then logs the exception again with its whole traceback, burying that line. This
+    filter on Flower's logger keeps the line last: Flower's record of a ConfigError is dropped
+    and its traceback logged at DEBUG. Any other exception is logged as Flower logs it.
+    (The proposal to do this in Flower: docs/upstream/serverapp-user-error.md.)"""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if record.levelno < ERROR or not isinstance(exc, ConfigError):
+            return True
+        logging.getLogger("flwr").debug("the refused run's traceback", exc_info=record.exc_info)
+        return False
+
+
+logging.getLogger("flwr").addFilter(ExplainedRefusal())
 
 
 @app.main()

@@ -290,3 +290,29 @@ def test_when_no_round_aggregates_the_run_stops_naming_the_rounds_not_personaliz
         rounds.run(ArrayRecord({"w": Array(np.zeros(1))}), 0, lambda r, a, m: seen.append(m))
     # each round still reached the outputs and checkpoint, with the replies it dropped
     assert [dict(m) for m in seen] == [{"replies-dropped": 2}] * 2
+
+
+def test_a_refusal_is_logged_once_and_other_errors_keep_their_traceback(caplog):
+    """Flower logs a ServerApp's exception with its traceback; for the app's explained
+    refusal (a ConfigError, already its one `pFedGM app:` line) the filter drops that record
+    and keeps the traceback at DEBUG. Any other error passes as Flower logs it."""
+    import logging
+    import sys
+
+    from pfedgm_app.config import ConfigError
+    from pfedgm_app.server_app import ExplainedRefusal
+
+    def record(exc: Exception, level: int = logging.ERROR) -> logging.LogRecord:
+        try:
+            raise exc
+        except Exception:  # noqa: BLE001 - the record Flower builds
+            info = sys.exc_info()
+        return logging.LogRecord("flwr", level, __file__, 1, "%s raised an exception",
+                                 ("ServerApp",), info)  # fmt: skip
+
+    keep = ExplainedRefusal()
+    with caplog.at_level(logging.DEBUG, logger="flwr"):
+        assert keep.filter(record(ConfigError("dataset /x: no such folder"))) is False
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG] and caplog.records[0].exc_info
+    assert keep.filter(record(ValueError("a bug"))) is True
+    assert keep.filter(record(ConfigError("x"), logging.DEBUG)) is True
