@@ -198,8 +198,16 @@ def test_predict_names_the_file_to_give_for_a_run_folder_or_its_global_model(tmp
         assert len(err) == 1 and says in err[0], err
 
 
-def test_the_example_images_are_classified_by_a_cifar10_model(tmp_path, capsys):
-    """examples/images (CIFAR-10 test images, the README's example): one line per image."""
+def test_the_example_images_are_classified_by_a_cifar10_model(tmp_path, capsys, cifar10):
+    """examples/make_images.py writes CIFAR-10 test images (the README's example) from the
+    local copy; a CIFAR-10 model classifies each in one line."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_images", ROOT / "examples/make_images.py")
+    make_images = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_images)
+    images = tmp_path / "images"
+    assert len(make_images.write_images(cifar10, images)) == 5
     names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
              "truck"]  # fmt: skip
     method = get_method("fedavg")  # a linear head: any saved kind predicts the same way
@@ -207,7 +215,6 @@ def test_the_example_images_are_classified_by_a_cifar10_model(tmp_path, capsys):
     model = method.plugin().build_model((3, 32, 32), len(names))
     path = personal_model.save(tmp_path / "client-0.safetensors", model, (3, 32, 32), names,
                                {"method": "fedavg", "accuracy": 0.5, "run-id": 1})  # fmt: skip
-    images = ROOT / "examples" / "images"
     assert predict.main([str(path), str(images)]) == 0
     lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
     assert [Path(line[0]).name for line in lines] == sorted(p.name for p in images.glob("*.png"))
