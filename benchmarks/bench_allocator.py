@@ -1,6 +1,6 @@
 """The allocator setting (`training.keep_freed_memory`) against glibc's default, A-B-B-A.
 
-    python benchmarks/bench_allocator.py [--batches 300] [--repeats 2]
+    python -m benchmarks.bench_allocator [--batches 300] [--repeats 2]
 
 Each measurement is a fresh process (`mallopt` is process-wide) training the CIFAR CNN on one
 thread with the app's step (batch 50, SGD) on synthetic data: samples/s and minor page faults

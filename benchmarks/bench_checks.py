@@ -1,7 +1,7 @@
 """What the server's checks of the replies cost per round, and whether clipping touches an
 honest round.
 
-    python benchmarks/bench_checks.py [--replies 30] [--repeats 5]
+    python -m benchmarks.bench_checks [--replies 30] [--repeats 5]
 
 Times `PFedGM.aggregate_train` on `--replies` replies of the CIFAR-100 pFedGM model (the
 paper's q = 0.3 of 100 clients: 30), each the global arrays plus noise, with every check and
@@ -15,9 +15,7 @@ identical and the largest update norm over the round's median.
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,14 +24,14 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
+from pfedgm_app.gaussian import GaussianHead
+from pfedgm_app.models import build_model
+from pfedgm_app.paper.inprocess import _set_task_identity, run_inprocess
+from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.strategies import PFedGM
+from pfedgm_app.strategies.robust import weighted_mean
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
-from devtools.inprocess import _set_task_identity, run_inprocess  # noqa: E402
-from pfedgm_app.gaussian import GaussianHead  # noqa: E402
-from pfedgm_app.models import build_model  # noqa: E402
-from pfedgm_app.run_folder import RunFolder  # noqa: E402
-from pfedgm_app.strategies import PFedGM  # noqa: E402
-from pfedgm_app.strategies.robust import weighted_mean  # noqa: E402
 
 
 def replies(arrays: ArrayRecord, n: int) -> list[Message]:
@@ -82,9 +80,8 @@ def clipping_check() -> None:
         for clip in (10.0, 0.0):
             out = Path(tmp) / f"clip{clip:g}"
             run_inprocess({**tiny, "clip-ratio": clip, "output-dir": str(out)}, 4)
-            with open(RunFolder(out).clients) as f:
-                rows[clip] = [{k: v for k, v in r.items() if not k.startswith("seconds")}
-                              for r in csv.DictReader(f)]  # fmt: skip
+            rows[clip] = [{k: v for k, v in r.items() if not k.startswith("seconds")}
+                          for r in RunFolder(out).read_clients()]  # fmt: skip
             if clip:
                 ratios += [r["update-norm-ratio-max"] for r in RunFolder(out).read_rounds()]
     same = "identical" if rows[10.0] == rows[0.0] else "DIFFERENT"

@@ -13,8 +13,8 @@ and fills the cache, and in later messages); then, in fresh processes as a deplo
 one per message, the imports and the data's seconds without the cache (decoding, as every
 message did before it) and with it warm.
 
-    python benchmarks/bench_deploy.py                          # 3 rounds, 8,000 images
-    python benchmarks/bench_deploy.py --rounds 5 --pool-size 12000
+    python -m benchmarks.bench_deploy                          # 3 rounds, 8,000 images
+    python -m benchmarks.bench_deploy --rounds 5 --pool-size 12000
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from devtools.deployment import start_deployment
+from devtools.devices import write_devices
+from devtools.launch import stop_local_superlink
+from pfedgm_app.paper.flwr_cli import offline_env, run_app
+from pfedgm_app.run_folder import RunFolder
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
-from devtools.deployment import start_deployment  # noqa: E402
-from devtools.devices import write_devices  # noqa: E402
-from devtools.launch import stop_local_superlink  # noqa: E402
-from pfedgm_app.paper.flwr_cli import offline_env, run_app  # noqa: E402
-from pfedgm_app.run_folder import RunFolder  # noqa: E402
 
 CLIENTS = 4
 # One ClientApp's start-up in a fresh process, as a SuperNode starts one per message.
@@ -67,11 +67,11 @@ def figures(run, name: str) -> dict:
     return {
         "run": name,
         "wall_seconds": run.wall_seconds,
-        "app_seconds": run.summary["seconds_total"],
+        "app_seconds": run.summary["seconds-total"],
         "seconds_per_round": statistics.mean(r["seconds"] for r in later),
-        "seconds_personalize": run.summary["seconds_personalize"],
-        "accuracy": run.summary["mean_accuracy"],
-        "clients_evaluated": run.summary["num_clients_evaluated"],
+        "seconds_personalize": run.summary["seconds-personalize"],
+        "accuracy": run.summary["mean-accuracy"],
+        "clients_evaluated": run.summary["num-clients-evaluated"],
         "data_seconds_query_max": float(query.group(1)) if query else None,
         "data_seconds_train_mean": statistics.mean(r["seconds-data"] for r in rounds),
     }

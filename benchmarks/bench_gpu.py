@@ -1,7 +1,7 @@
 """pFedGM on one GPU: a short simulation of the paper's CIFAR-10 protocol, projected to 200 rounds.
 
-Runs the app's ServerApp and ClientApps without Ray (`devtools.inprocess`: a lent GPU machine
-has torch but not Ray, so Flower's simulation engine cannot run there) over `--clients`
+Runs the app's ServerApp and ClientApps without Ray (`pfedgm_app.paper.inprocess`: a lent GPU
+machine has torch but not Ray, so Flower's simulation engine cannot run there) over `--clients`
 partitions with q = `--fraction`, `--local-epochs` epochs, batch 50, on `--device`; with
 `--workers N`, N ClientApp processes share the device (as `client-resources-num-gpus` = 1/N
 would under Ray), else the clients train one after the other in this process. Prints:
@@ -14,25 +14,24 @@ would under Ray), else the clients train one after the other in this process. Pr
   it did not run at seconds per round;
 - Phase 2 seconds for all clients, and peak GPU memory.
 
-    python benchmarks/bench_gpu.py --dataset ../shared/data/cifar10      # 100 clients, 4 rounds
-    python benchmarks/bench_gpu.py --workers 8 ...                        # 8 ClientApps at once
-    python benchmarks/bench_gpu.py --device cpu --clients 10 --rounds 2  # the same on the CPU
+    python -m benchmarks.bench_gpu --dataset ../shared/data/cifar10      # 100 clients, 4 rounds
+    python -m benchmarks.bench_gpu --workers 8 ...                        # 8 ClientApps at once
+    python -m benchmarks.bench_gpu --device cpu --clients 10 --rounds 2  # the same on the CPU
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+from pfedgm_app.paper.inprocess import run_inprocess
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
-from devtools.inprocess import run_inprocess  # noqa: E402
 
 PAPER_ROUNDS = 200
 
@@ -74,7 +73,7 @@ def main() -> None:
     client_s = sum(s for s, _ in later)
     passes = sum(p for _, p in later)
     per_round = grid.seconds_per_round()
-    personalize = summary["seconds_personalize"]
+    personalize = summary["seconds-personalize"]
     figures = {
         "device": name,
         "method": args.method,
@@ -91,7 +90,7 @@ def main() -> None:
         "seconds_before_round_2": grid.starts[2][1] - started if len(grid.starts) > 2 else wall,
         "seconds_personalize": personalize,
         "projected_200_round_minutes": (wall + (PAPER_ROUNDS - args.rounds) * per_round) / 60,
-        "mean_accuracy": summary["mean_accuracy"],
+        "mean_accuracy": summary["mean-accuracy"],
         "wall_seconds": wall,
         # this process's clients only: with --workers, gpu_check.sh logs nvidia-smi instead
         "peak_gpu_memory_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0,

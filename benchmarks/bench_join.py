@@ -13,14 +13,13 @@ partitions, `devtools.devices`, so device i is partition i's client in every run
    output) and `num-server-rounds=0`: every connected device personalizes, none trains. Timed
    from the `flwr run` call to device N-1's model file on its disk.
 
-    python benchmarks/bench_join.py                        # 5 devices, 3 rounds, 5,000 images
-    python benchmarks/bench_join.py --devices 6 --rounds 5 --predict-images 5000
+    python -m benchmarks.bench_join                        # 5 devices, 3 rounds, 5,000 images
+    python -m benchmarks.bench_join --devices 6 --rounds 5 --predict-images 5000
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import io
 import json
 import os
@@ -35,26 +34,25 @@ import pyarrow.parquet as pq
 import torch
 from PIL import Image
 
+from devtools.deployment import start_deployment
+from devtools.devices import write_devices
+from devtools.launch import stop_local_superlink
+from pfedgm_app import personal_model, predict
+from pfedgm_app.config import RunConfig
+from pfedgm_app.data import ClientData
+from pfedgm_app.methods import METHODS, ClientState, ClientTask
+from pfedgm_app.paper.flwr_cli import offline_env, run_app
+from pfedgm_app.run_folder import RunFolder
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
-from devtools.deployment import start_deployment  # noqa: E402
-from devtools.devices import write_devices  # noqa: E402
-from devtools.launch import stop_local_superlink  # noqa: E402
-from pfedgm_app import personal_model, predict  # noqa: E402
-from pfedgm_app.config import RunConfig  # noqa: E402
-from pfedgm_app.data import ClientData  # noqa: E402
-from pfedgm_app.methods import METHODS, ClientState, ClientTask  # noqa: E402
-from pfedgm_app.paper.flwr_cli import offline_env, run_app  # noqa: E402
-from pfedgm_app.run_folder import RunFolder  # noqa: E402
 
 
 def accuracies(run, name: str) -> dict[int, float]:
     """{partition id: personalized accuracy, %} of a finished run."""
     if not run.ok:
         raise SystemExit(f"{name}: run {run.status}:\n{run.log[-3000:]}")
-    with open(RunFolder(run.output_dir).clients) as f:
-        return {int(float(r["partition-id"])): 100 * float(r["accuracy"])
-                for r in csv.DictReader(f)}  # fmt: skip
+    return {int(r["partition-id"]): r["accuracy"]
+            for r in RunFolder(run.output_dir).read_clients()}  # fmt: skip
 
 
 def images(dataset: Path, folder: Path, count: int) -> list[Path]:
@@ -158,7 +156,7 @@ def main() -> None:
     model = kept[new] / f"client-{new}.safetensors"
     figures["seconds_to_model"] = model.stat().st_mtime - started
     figures["join_wall_s"] = run.wall_seconds
-    figures["join_app_s"] = run.summary["seconds_total"]
+    figures["join_app_s"] = run.summary["seconds-total"]
     print(json.dumps({k: figures[k] for k in ("joined", "seconds_to_model", "join_wall_s")}),
           flush=True)  # fmt: skip
 

@@ -10,14 +10,14 @@ Phase 2 seconds (every client personalizes), the peak memory of the whole simula
 (SuperLink, Ray and the ClientApps) and the cores Flower's simulation process (engine and
 ServerApp) keeps busy during the rounds.
 
-    python benchmarks/bench_scale.py                       # pFedGM, 3 rounds, Dir(0.5)
-    python benchmarks/bench_scale.py --clients 1000 --rounds 2
-    python benchmarks/bench_scale.py --messages-in-flight -1  # at most twice the cores unanswered
-    python benchmarks/bench_scale.py --set local-epochs=2  # any run-config key (repeatable)
-    python benchmarks/bench_scale.py --engine inprocess       # the app alone, no Flower engine
+    python -m benchmarks.bench_scale                       # pFedGM, 3 rounds, Dir(0.5)
+    python -m benchmarks.bench_scale --clients 1000 --rounds 2
+    python -m benchmarks.bench_scale --messages-in-flight -1  # at most twice the cores unanswered
+    python -m benchmarks.bench_scale --set local-epochs=2  # any run-config key (repeatable)
+    python -m benchmarks.bench_scale --engine inprocess       # the app alone, no Flower engine
 
 `--engine inprocess` runs the same ServerApp and ClientApps in this process, one client after
-the other (`devtools/inprocess.py`): what the app itself costs, without the simulation engine's
+the other (`pfedgm_app.paper.inprocess`): what the app itself costs, without the simulation engine's
 per-node polling (see benchmarks/README.md); its peak memory is this process's.
 """
 
@@ -26,19 +26,16 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import sys
 import tempfile
 from pathlib import Path
 
-from bench_speed import TreeSampler  # benchmarks/ is on sys.path when run as a script
-
+from benchmarks.bench_speed import TreeSampler
+from devtools.launch import stop_local_superlink
 from pfedgm_app.paper.cli import set_keys
+from pfedgm_app.paper.flwr_cli import offline_env, run_app
+from pfedgm_app.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
-from devtools.launch import stop_local_superlink  # noqa: E402
-from pfedgm_app.paper.flwr_cli import offline_env, run_app  # noqa: E402
-from pfedgm_app.run_folder import RunFolder  # noqa: E402
 
 SAMPLED = 30  # clients per round in both runs
 
@@ -59,7 +56,7 @@ def scale_run(clients: int, args: argparse.Namespace, env: dict, home: Path) -> 
         "output-dir": str(out),
     }
     if args.engine == "inprocess":
-        from devtools.inprocess import run_inprocess
+        from pfedgm_app.paper.inprocess import run_inprocess
 
         s, _ = run_inprocess({**cfg, "client-threads": 1}, clients)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # ever, this process
@@ -80,12 +77,12 @@ def scale_run(clients: int, args: argparse.Namespace, env: dict, home: Path) -> 
         "q": SAMPLED / clients,
         "seconds_per_round": sum(r["seconds"] for r in later) / len(later),
         "seconds_first_round": rounds[0]["seconds"],
-        "seconds_before_round_1": s["seconds_training"] - s["seconds_per_round"] * s["rounds"],
-        "seconds_personalize": s["seconds_personalize"],
+        "seconds_before_round_1": s["seconds-training"] - s["seconds-per-round"] * s["rounds"],
+        "seconds_personalize": s["seconds-personalize"],
         "peak_rss_gib": peak / 2**30,
         "cores_engine": engine,
-        "accuracy": s["mean_accuracy"],
-        "clients_evaluated": s["num_clients_evaluated"],
+        "accuracy": s["mean-accuracy"],
+        "clients_evaluated": s["num-clients-evaluated"],
     }
 
 

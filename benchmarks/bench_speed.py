@@ -16,9 +16,9 @@ thread with the same model, optimizer and batch size. Prints per method:
 - pFedGM / FedAvg wall time per round (target <= 1.10; the paper measured 1.26), Phase 2
   seconds (target <= 30 s for 100 clients), peak memory (RSS of all processes).
 
-    python benchmarks/bench_speed.py                      # the full protocol, 10 rounds
-    python benchmarks/bench_speed.py --clients 20 --rounds 3
-    python benchmarks/bench_speed.py --rounds 5 --abba      # FedAvg, pFedGM, pFedGM, FedAvg
+    python -m benchmarks.bench_speed                      # the full protocol, 10 rounds
+    python -m benchmarks.bench_speed --clients 20 --rounds 3
+    python -m benchmarks.bench_speed --rounds 5 --abba      # FedAvg, pFedGM, pFedGM, FedAvg
 
 The machine's speed can drift within a benchmark (on the 2-core VM of benchmarks/README.md the
 same FedAvg code took 16 to 31 s a round across runs), so `--abba` runs the methods, then
@@ -31,7 +31,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -43,18 +42,17 @@ from flwr.app import ArrayRecord, RecordDict
 from flwr.common import serde
 from torch import nn
 
+from devtools.launch import stop_local_superlink
+from devtools.layout import plain_layout
+from devtools.processes import cmdline, superlink_tree
 from pfedgm_app.methods import get_method
 from pfedgm_app.models import build_model
 from pfedgm_app.paper.cli import set_keys
+from pfedgm_app.paper.flwr_cli import offline_env, run_app
+from pfedgm_app.run_folder import RunFolder
 from pfedgm_app.training import make_sgd, run_epochs, supervised_step
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # devtools/ is a helper of the repository, not of the app
-from devtools.launch import stop_local_superlink  # noqa: E402
-from devtools.layout import plain_layout  # noqa: E402
-from devtools.processes import cmdline, superlink_tree  # noqa: E402
-from pfedgm_app.paper.flwr_cli import offline_env, run_app  # noqa: E402
-from pfedgm_app.run_folder import RunFolder  # noqa: E402
 
 FULL_ROUNDS = 200
 
@@ -177,8 +175,8 @@ def app_run(method: str, args: argparse.Namespace, env: dict, home: Path) -> dic
     return {
         "seconds_per_round": per_round("seconds"),
         "seconds_first_round": rounds[0]["seconds"],
-        "seconds_before_round_1": s["seconds_training"] - s["seconds_per_round"] * s["rounds"],
-        "seconds_personalize": s["seconds_personalize"],
+        "seconds_before_round_1": s["seconds-training"] - s["seconds-per-round"] * s["rounds"],
+        "seconds_personalize": s["seconds-personalize"],
         "clients_per_round": per_round("num-clients"),
         "passes_per_round": per_round("num-examples-total") * args.epochs,
         "setup": per_round("seconds-data-total") + per_round("seconds-model-total"),
@@ -186,7 +184,7 @@ def app_run(method: str, args: argparse.Namespace, env: dict, home: Path) -> dic
         "prototypes": per_round("seconds-prototypes-total"),
         "peak_rss_gib": sampler.peak / 2**30,
         **{f"cores_{role}": cores for role, cores in sampler.cores_in_rounds().items()},
-        "accuracy": s["mean_accuracy"],
+        "accuracy": s["mean-accuracy"],
     }
 
 

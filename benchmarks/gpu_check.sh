@@ -2,7 +2,7 @@
 # The project's GPU checks, for a lent GPU machine (about 8 minutes on one H100):
 #   1. tests/test_gpu.py: pFedGM's math on CUDA equals the CPU's; every method through the
 #      ServerApp and ClientApps with its data and state on the GPU;
-#   2. benchmarks/bench_gpu.py: 100-client pFedGM on CIFAR-10 (q = 0.3, 5 local epochs), samples/s,
+#   2. benchmarks.bench_gpu: 100-client pFedGM on CIFAR-10 (q = 0.3, 5 local epochs), samples/s,
 #      seconds per round, projected 200-round time; then FedAvg the same way, for the ratio; for
 #      each number of ClientApp processes sharing the GPU in $WORKERS (default "1 8"), with the
 #      GPU's memory in use and utilization logged by nvidia-smi during each run.
@@ -31,7 +31,7 @@ for workers in ${WORKERS:-1 8}; do
     nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader,nounits -lms 500 \
       > "$OUT/smi-$run.csv" 2>/dev/null &
     smi=$!
-    timeout 200 python3 benchmarks/bench_gpu.py --dataset "$DATA/cifar10" --method $method \
+    timeout 200 python3 -m benchmarks.bench_gpu --dataset "$DATA/cifar10" --method $method \
       --rounds 4 --workers "$workers" --json "$OUT/bench-gpu-$run.json" 2>&1 \
       | tee "$OUT/bench-gpu-$run.log" | grep -v INFO
     kill $smi 2>/dev/null

@@ -1,31 +1,40 @@
 #!/usr/bin/env bash
-# Measurement runs on a lent GPU machine: each argument is one `benchmarks/compare.py` argument
-# list, run in process on the GPU (`--engine inprocess`), all at once (the GPU is far from busy
-# with one; see README.md here). Results are packed into $OUT/results.tar.gz (one file: the
-# machine returns at most 8), logs into $OUT/measure.log. Data paths are relative to the repo:
-# prepare them here with gpu_prepare.sh and carry .whl and the .gpudata folders used.
-# A run's own `--workers N` answers its clients N at a time in N processes (`compare.py`).
-# MEASURE_TIMEOUT=<seconds> stops every run still going after that long (what finished is kept),
-# so the archive is written before the machine's per-command limit.
+# Measurement runs on a lent GPU machine: each argument is one `pfedgm-paper run` argument list
+# (tables, --columns, --methods, --rounds, --set ...), run in process on the GPU (`--engine
+# inprocess`), all at once (the GPU is far from busy with one; see README.md here), into one
+# results folder, runs/ (`pfedgm-paper render --out runs` tables them). Results are packed into
+# $OUT/results.tar.gz (one file: the machine returns at most 8), logs into $OUT/measure.log.
+# The presets' offline twins read the datasets: prepare them here with gpu_prepare.sh and carry
+# .whl and .gpudata. An argument's own `--workers N` answers its clients N at a time in N
+# processes. MEASURE_TIMEOUT=<seconds> stops every run still going after that long (what
+# finished is kept), so the archive is written before the machine's per-command limit.
 #   bash benchmarks/gpu_measure.sh \
-#     "--methods fedrep --dataset .gpudata/cifar10 --alpha 0.1 --rounds 50 --out runs/dir01" \
-#     "--methods fedrep --dataset .gpudata/cifar10 --alpha 0.5 --rounds 50 --out runs/dir05"
+#     "standard --columns cifar10-dir01 --methods fedrep --rounds 50" \
+#     "standard --columns cifar10-dir05 --methods fedrep --rounds 50"
 set -uo pipefail
 cd "$(dirname "$0")/.."
+repo=$PWD
 OUT=${OUT:-/tmp/gpu-measure}
 mkdir -p "$OUT" runs
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
 fi
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0 HF_HUB_OFFLINE=1
+export PYTHONPATH=/tmp/site:$repo PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0 HF_HUB_OFFLINE=1
+# An offline preset's `shared:<name>` is <ancestor of the working directory>/shared/data/<name>:
+# with .gpudata here, the runs work in a folder whose shared/data is .gpudata.
+work=$repo
+if [ -d .gpudata ]; then
+  work=$(mktemp -d) && mkdir "$work/shared" && ln -s "$repo/.gpudata" "$work/shared/data"
+fi
 nvidia-smi -L 2>/dev/null || echo "no GPU here: the runs use the CPU"
 threads=$(( $(nproc) / $# )); [ "$threads" -ge 1 ] || threads=1
 i=0
 for args in "$@"; do
   i=$((i + 1))
-  # shellcheck disable=SC2086  # each argument is a list of compare.py arguments
-  timeout "${MEASURE_TIMEOUT:-0}" python3 benchmarks/compare.py --engine inprocess --client-threads "$threads" $args \
+  # shellcheck disable=SC2086  # each argument is a list of pfedgm-paper run arguments
+  (cd "$work" && timeout "${MEASURE_TIMEOUT:-0}" python3 -m pfedgm_app.paper.cli run $args \
+    --offline --engine inprocess --set client-threads="$threads" --out "$repo/runs") \
     > "runs/run-$i.log" 2>&1 &
 done
 wait

@@ -3,7 +3,7 @@
     python -m devtools.reference            # docs/run-config.md, methods.md, presets.md, privacy.md
 
 - `run-config.md`: every key, its default, bound and meaning (the settings groups' fields,
-  formatted by `pfedgm_app.reference`);
+  formatted by `pfedgm_app.run_config_doc`);
 - `methods.md`: the method registry's table (`pfedgm_app.methods.markdown_table`) and how to
   add a method;
 - `presets.md`: the presets' table (`pfedgm_app.presets.markdown_table`);
@@ -26,10 +26,10 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-import devtools.inprocess as inprocess
+import pfedgm_app.paper.inprocess as inprocess
 from pfedgm_app import presets
 from pfedgm_app.methods import METHODS, get_method, markdown_table
-from pfedgm_app.reference import run_config_tables
+from pfedgm_app.run_config_doc import run_config_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -64,15 +64,90 @@ from the aggregate with a warning. The node-config keys of a deployment (`data-p
 """
 
 
+# methods.md's glossary: (concept, the paper's symbol, the code's identifiers, the keys of the
+# run-config, replies and files, which are formats and keep their names).
+GLOSSARY = [
+    (
+        'generator (feature extractor; the baselines\' "body")',
+        "phi",
+        "`generator`: `Model.generator`, `models.GENERATORS` (one per image shape), "
+        "`build_generator`; the first argument of `phases.train_round` and `personalize`",
+        "model part `generator` (`sends`), state-dict keys `generator.*`; a model file's "
+        "`backbone` (the generator's class)",
+    ),
+    ("features (representation)", "z = z(x; phi)", "`z`, of dimension `dim` (`generator.dim`)", ""),
+    (
+        "navigator",
+        "psi = {mu_k, b_k}",
+        "`GaussianHead.mu`, `GaussianHead.b`",
+        "arrays `head.mu`, `head.b`; `navigator-init`, `navigator-lr-scale`",
+    ),
+    (
+        "covariance (statistic extractor)",
+        "nu = {A_k}, diagonal",
+        "`GaussianHead.A`",
+        "array `head.A`; `covariance-average`",
+    ),
+    ("head (classifier)", "psi_i", "`head`: `Model.head`", "model part `head`"),
+    (
+        "class prototypes",
+        "upsilon_{i,k}",
+        "`prototypes` (Phase 1), `PersonalizedHead.upsilon` (Phase 2)",
+        "`prototype-step`; never sent",
+    ),
+    ("shared objective", "H (Eq. LossH)", "`gaussian.shared_objective`", "metric `loss-shared`"),
+    (
+        "personalized objective",
+        "R_c (Eq. LossR)",
+        "`gaussian.personalized_objective`",
+        "metric `loss-personalized`; `personalized-objective`",
+    ),
+    (
+        "weight of R_c and of zeta",
+        "lambda",
+        "`lambda_` (settings fields, `train_round`, `PersonalizedHead`); FedPAC's and pFedMe's "
+        "lambdas too",
+        "`lambda`, `fedpac-lambda`, `pfedme-lambda`; a model file's head-args `lambda`",
+    ),
+    (
+        "personalized head (Phase 2)",
+        "psi, A_g, A_c (Eq. LossC)",
+        "`gaussian.PersonalizedHead` (`mu`, `b`, `a_g`, `a_c`), `phases.personalized_head`",
+        "`personal-epochs`, `personal-learning-rate`, `lbfgs-*`, `adaptation`; metric `accuracy`",
+    ),
+    (
+        "client",
+        "c = i",
+        "its partition id, `partition_id`; the SuperNode holding it, `node_id`",
+        "`partition-id` (node-config, metrics, model files)",
+    ),
+    (
+        "which client a SuperNode holds",
+        "",
+        "`node_partitions` (node id -> partition id): "
+        "`PersonalizedFedAvg`, `sample_nodes`, `federation.node_partitions`",
+        "",
+    ),
+    ("participation rate", "q", "`fraction_train`", "`fraction-train`"),
+    ("communication rounds", "R", "`num_server_rounds`", "`num-server-rounds`"),
+]
+
+
+def glossary_table() -> str:
+    lines = ["| concept | paper | code | run-config, replies, files |", "|---|---|---|---|"]
+    lines += ["| " + " | ".join(c or "-" for c in row) + " |" for row in GLOSSARY]
+    return "\n".join(lines)
+
+
 def methods_page() -> str:
     return f"""# Methods (`method`)
 
 {GENERATED}
 
-`sends`: the model parts whose arrays leave the client and are averaged (generator = body,
-head = classifier; pFedGM's head is the navigator psi and the covariance nu). Each method's
-keys are in [run-config.md](run-config.md); what each reply holds, in
-[privacy.md](privacy.md).
+`sends`: the model parts whose arrays leave the client and are averaged (the generator phi,
+which the baselines' papers call the body; the head, the classifier; pFedGM's head is the
+navigator psi and the covariance nu: [glossary](#glossary)). Each method's keys are in
+[run-config.md](run-config.md); what each reply holds, in [privacy.md](privacy.md).
 
 {markdown_table()}
 
@@ -82,13 +157,21 @@ method keeps on the client (FedPer's head, Ditto's personal model, ...) stay in 
 SuperNode's `context.state` and never leave it.
 
 Where the baselines' own code and papers differ, the code's settings are used: FedPAC runs 1
-head epoch + `local-epochs` body epochs, and computes (V, H) before training and the
+head epoch + `local-epochs` generator epochs, and computes (V, H) before training and the
 prototypes after it (`JianXu95/FedPAC`); pFedFDA estimates its statistics from the features
 seen during training and adds the identity to the estimated covariance
 (`cj-mclaughlin/pFedFDA`); pFedMe's server uses beta = 1 (plain averaging). pFedMe's
 personalize round runs the client update once more on every client against the final global
 model (pFedMe's code trains every client in every round and evaluates theta from the last
 one).
+
+## Glossary
+
+One name per concept: the paper's symbol, the identifier in the code, and the key in the
+run-config, the replies or the files where there is one (these keys are formats and keep their
+names).
+
+{glossary_table()}
 
 ## The strategies in another project
 
@@ -97,13 +180,13 @@ one).
 `PersonalizedFedAvg` is the same machinery without the Gaussian head. The baselines' follow
 the same pattern:
 
-- `FedPAC(head_keys=("head.weight", "head.bias"))`: clients reply with the body in "arrays"
+- `FedPAC(head_keys=("head.weight", "head.bias"))`: clients reply with the generator in "arrays"
   and, in a second ArrayRecord "extras" (`wire.EXTRAS`), their head arrays, `protos` (K, d),
   `class-counts` (K,), `variance` (1,) and `h-ref` (K, d); every message to a node then
   carries, in "extras", the global prototypes (`protos`, `protos-count`) and the head combined
   for that node.
 - `PFedFDA(means_key="head.mu", covariance_key="head.cov")`: clients send their interpolated
-  statistics with the body; replies whose covariance is not positive definite are dropped.
+  statistics with the generator; replies whose covariance is not positive definite are dropped.
 - A strategy of your own can subclass `PersonalizedFedAvg` and override `extras_for(node_id)`
   and `aggregate_extras(server_round, arrays, extras)` to exchange non-model arrays.
 
@@ -158,17 +241,25 @@ paper's are about 814). `num-supernodes` is the federation size the preset needs
 # What leaves a device ---------------------------------------------------------------------
 
 # Two rounds (LG-FedAvg's warm-up round, then its own), every client trains in each; short.
-REPLY_RUN = {"num-server-rounds": 2, "local-epochs": 1, "finetune-epochs": 1,
-             "personal-epochs": 1, "fedrep-refit-epochs": 1, "lbfgs-cycles": 1,
-             "pfedme-inner-steps": 1, "pool-size": 600, "fraction-train": 1.0,
-             "client-threads": 1}  # fmt: skip
+REPLY_RUN = {
+    "num-server-rounds": 2,
+    "local-epochs": 1,
+    "finetune-epochs": 1,
+    "personal-epochs": 1,
+    "fedrep-refit-epochs": 1,
+    "lbfgs-cycles": 1,
+    "pfedme-inner-steps": 1,
+    "pool-size": 600,
+    "fraction-train": 1.0,
+    "client-threads": 1,
+}
 PARTS = ("generator", "head", "convolutions")
 
 
 def record_replies(data: Path, workdir: Path) -> tuple[dict[str, list], dict]:
-    """Every method through the real ClientApp handlers (`devtools.inprocess`, two clients of
-    `data`, two rounds): {method: [(node id, message type, {record name: record})]} of every
-    reply, and {method: its model}."""
+    """Every method through the real ClientApp handlers (`pfedgm_app.paper.inprocess`, two
+    clients of `data`, two rounds): {method: [(node id, message type, {record name: record})]}
+    of every reply, and {method: its model}."""
     replies: dict[str, list] = defaultdict(list)
     client_app = inprocess.app_component("clientapp")
     models = {}
@@ -181,11 +272,10 @@ def record_replies(data: Path, workdir: Path) -> tuple[dict[str, list], dict]:
                 replies[name].append((context.node_id, msg.metadata.message_type, content))
             return reply
 
-        cfg = {**REPLY_RUN, "method": name, "dataset": str(data),
-               "output-dir": str(workdir / name)}  # fmt: skip
+        cfg = {**REPLY_RUN, "method": name, "dataset": str(data), "output-dir": str(workdir / name)}
         summary, _ = inprocess.run_inprocess(cfg, 2, client_app=recording)
-        if summary["num_clients_evaluated"] != 2:
-            raise RuntimeError(f"{name}: {summary['num_clients_evaluated']} clients of 2")
+        if summary["num-clients-evaluated"] != 2:
+            raise RuntimeError(f"{name}: {summary['num-clients-evaluated']} clients of 2")
         method = get_method(name)
         models[name] = method.plugin(method.settings()).build_model((1, 28, 28), 10)
     return replies, models
@@ -217,10 +307,14 @@ def leaves_device_block(replies: dict[str, list], models: dict) -> str:
     common = {
         k: sorted(set.intersection(*(metrics(s, k) for s in replies.values()))) for k in kinds
     }
-    lines = [f"`query` (every method): metrics {_names(common['query'])}.", "",
-             "| `method` | `train`: arrays | `train`: extras | `train`: metrics besides "
-             f"{_names(common['train'])} | `train.personalize`: metrics besides "
-             f"{_names(common['train.personalize'])} |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"`query` (every method): metrics {_names(common['query'])}.",
+        "",
+        "| `method` | `train`: arrays | `train`: extras | `train`: metrics besides "
+        f"{_names(common['train'])} | `train.personalize`: metrics besides "
+        f"{_names(common['train.personalize'])} |",
+        "|---|---|---|---|---|",
+    ]
     for name, sent in replies.items():
         by_kind = defaultdict(list)
         for _, kind, content in sent:
@@ -294,8 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in written.items():
         (args.out / name).write_text(text)
     if not (args.data / "train.parquet").exists():
-        print(f"wrote {sorted(written)}; privacy.md NOT written: no {args.data}/train.parquet "
-              "(give --data)", file=sys.stderr)  # fmt: skip
+        print(
+            f"wrote {sorted(written)}; privacy.md NOT written: no {args.data}/train.parquet "
+            "(give --data)",
+            file=sys.stderr,
+        )
         return 1
     with tempfile.TemporaryDirectory(prefix="pfedgm-reference-") as workdir:
         replies, models = record_replies(args.data, Path(workdir))

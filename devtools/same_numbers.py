@@ -12,7 +12,6 @@ and exits 1 when any differs. A refactor must change no number.
 
 from __future__ import annotations
 
-import csv
 import sys
 from pathlib import Path
 
@@ -24,8 +23,8 @@ TINY = {"num-server-rounds": 2, "local-epochs": 1, "finetune-epochs": 1, "person
 
 
 def run(out: Path) -> None:
-    from devtools.inprocess import run_inprocess
     from pfedgm_app.methods import METHODS
+    from pfedgm_app.paper.inprocess import run_inprocess
 
     data = Path(__file__).resolve().parents[2] / "shared/data/mnist"
     for method in METHODS:
@@ -36,18 +35,18 @@ def run(out: Path) -> None:
         print(method, "done", flush=True)
 
 
-def rows(path: Path) -> list[dict[str, str]]:
-    """clients.csv without its timing columns (seconds differ from run to run)."""
-    with path.open() as f:
-        return [{k: v for k, v in r.items() if not k.startswith("seconds")}
-                for r in csv.DictReader(f)]  # fmt: skip
+def rows(folder: RunFolder) -> list[dict[str, float]]:
+    """clients.csv without its timing columns (seconds differ from run to run), accuracies in
+    percent whichever format version wrote it."""
+    return [{k: v for k, v in r.items() if not k.startswith("seconds")}
+            for r in folder.read_clients()]  # fmt: skip
 
 
 def compare(before: Path, after: Path) -> int:
     differ = 0
     for folder in sorted(p for p in before.iterdir() if RunFolder(p).clients.exists()):
-        ours, theirs = RunFolder(folder).clients, RunFolder(after / folder.name).clients
-        same = theirs.exists() and rows(ours) == rows(theirs)
+        ours, theirs = RunFolder(folder), RunFolder(after / folder.name)
+        same = theirs.clients.exists() and rows(ours) == rows(theirs)
         differ += not same
         print(f"{folder.name:10s} {'identical' if same else 'DIFFERENT'}")
     return 1 if differ else 0

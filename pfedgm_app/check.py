@@ -44,8 +44,10 @@ def read_run_config(values: Sequence[str]) -> dict[str, Any]:
         if value.endswith(".toml"):
             raise ConfigError(f"--run-config {value}: a TOML file goes alone, without key=value")
         if rest := PAIR.sub(" ", value).split():
-            raise ConfigError(f"--run-config: {rest[0]!r} is no key=value pair (no spaces "
-                              "around '=', strings quoted: method='fedavg')")  # fmt: skip
+            raise ConfigError(
+                f"--run-config: {rest[0]!r} is no key=value pair (no spaces "
+                "around '=', strings quoted: method='fedavg')"
+            )
         for key, text in PAIR.findall(value):
             try:
                 keys.update(_flatten(tomllib.loads(f"{key} = {text}")))
@@ -96,8 +98,10 @@ def dataset_problems(dataset: str) -> list[str]:
     path = Path(dataset).expanduser()
     if not dataset.startswith(("/", ".", "~")) or path.exists():
         return []
-    return [f"dataset: no such path {path}; give the absolute path of a local copy (parquet "
-            "splits or an image folder) or a hub id"]  # fmt: skip
+    return [
+        f"dataset: no such path {path}; give the absolute path of a local copy (parquet "
+        "splits or an image folder) or a hub id"
+    ]
 
 
 def output_dir_problems(cfg: RunConfig) -> list[str]:
@@ -108,13 +112,18 @@ def output_dir_problems(cfg: RunConfig) -> list[str]:
         return []
     folder = RunFolder(Path(cfg.output_dir).expanduser().resolve())
     if cfg.resume and folder.finished:
-        return [f"output-dir {folder.path}: resume=true but its run finished (summary.json); "
-                "drop resume, and choose another output-dir"]  # fmt: skip
+        return [
+            f"output-dir {folder.path}: resume=true but its run finished ({folder.summary.name}); "
+            "drop resume, and choose another output-dir"
+        ]
     if cfg.resume and not folder.checkpoint.exists():
-        return [f"output-dir {folder.path}: resume=true but it holds no "
-                f"{folder.checkpoint.name}; give the output-dir of a stopped run, or drop "
-                "resume"]  # fmt: skip
+        return [
+            f"output-dir {folder.path}: resume=true but it holds no {folder.checkpoint.name}; "
+            "give the output-dir of a stopped run, or drop resume"
+        ]
     if folder.finished:
-        return [f"output-dir {folder.path} already holds a finished run (summary.json); choose "
-                "another output-dir or leave it empty for a fresh timestamped folder"]  # fmt: skip
+        return [
+            f"output-dir {folder.path} already holds a finished run ({folder.summary.name}); "
+            "choose another output-dir or leave it empty for a fresh timestamped folder"
+        ]
     return []

@@ -114,7 +114,7 @@ def check_resume(run_dir: Path, config: dict[str, Any]) -> None:
             "of a stopped run (it writes one after every round), or drop resume"
         )
     if folder.finished:
-        raise ConfigError(f"resume=true but the run in {run_dir} finished (summary.json)")
+        raise ConfigError(f"resume=true but the run in {run_dir} finished ({folder.summary.name})")
     before = _stopped_config(run_dir)
     changed = sorted(k for k in config if k not in RESUMABLE and before.get(k) != config[k])
     if changed:

@@ -37,27 +37,36 @@ def main() -> None:
 
 
 @main.command(short_help="Validate a run-config here, before any simulation.")
-@click.option("--run-config", "-c", "run_config", multiple=True, metavar="CONFIG",
-              help=RUN_CONFIG_HELP)  # fmt: skip
+@click.option(
+    "--run-config", "-c", "run_config", multiple=True, metavar="CONFIG", help=RUN_CONFIG_HELP
+)
 def check(run_config: tuple[str, ...]) -> None:
     """Check a run-config here, before any simulation: keys (a misspelt one with the nearest
     valid key), types, bounds, presets, a local dataset path, the output-dir. Exit 2 with one
     line per problem, 0 with one "ok" line."""
     cfg = _checked(run_config)
     out = cfg.output_dir or "(a fresh folder)"
-    click.echo(f"ok: method={cfg.method} dataset={cfg.dataset} "
-               f"num-server-rounds={cfg.num_server_rounds} output-dir={out}")  # fmt: skip
+    click.echo(
+        f"ok: method={cfg.method} dataset={cfg.dataset} "
+        f"num-server-rounds={cfg.num_server_rounds} output-dir={out}"
+    )
 
 
 @main.command(short_help="Check, submit and follow a run; exit 1 when it failed.")
 @click.argument("app_dir", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.argument("superlink", required=False)
-@click.option("--run-config", "-c", "run_config", multiple=True, metavar="CONFIG",
-              help=RUN_CONFIG_HELP)  # fmt: skip
-@click.option("--federation-config", multiple=True, metavar="CONFIG",
-              help='the federation as `flwr run` takes it: "num-supernodes=4 ..."')  # fmt: skip
-@click.option("--stream/--no-stream", default=True, show_default=True,
-              help="show the run's log as it runs")  # fmt: skip
+@click.option(
+    "--run-config", "-c", "run_config", multiple=True, metavar="CONFIG", help=RUN_CONFIG_HELP
+)
+@click.option(
+    "--federation-config",
+    multiple=True,
+    metavar="CONFIG",
+    help='the federation as `flwr run` takes it: "num-supernodes=4 ..."',
+)
+@click.option(
+    "--stream/--no-stream", default=True, show_default=True, help="show the run's log as it runs"
+)
 def run(
     app_dir: Path | None,
     superlink: str | None,

@@ -69,9 +69,13 @@ def train(msg: Message, context: Context) -> Message:
     model.train()
     ready = time.perf_counter()
     reply = plugin.train(model, task)
-    metrics = {**reply.metrics, wire.NUM_EXAMPLES: len(task.data.y_train),
-               wire.DATA_SECONDS: seconds, "seconds-model": ready - started,
-               "seconds-compute": time.perf_counter() - ready}  # fmt: skip
+    metrics = {
+        **reply.metrics,
+        wire.NUM_EXAMPLES: len(task.data.y_train),
+        wire.DATA_SECONDS: seconds,
+        "seconds-model": ready - started,
+        "seconds-compute": time.perf_counter() - ready,
+    }
     return train_reply(msg, reply.arrays, metrics, reply.extras)
 
 

@@ -64,8 +64,12 @@ def _metadata(doc: str, **bounds: float | None) -> dict[str, Any]:
     return {"doc": doc, **{name: value for name, value in bounds.items() if value is not None}}
 
 
-BOUNDS = {"min": (operator.ge, ">="), "gt": (operator.gt, ">"), "max": (operator.le, "<="),
-          "lt": (operator.lt, "<")}  # fmt: skip
+BOUNDS = {
+    "min": (operator.ge, ">="),
+    "gt": (operator.gt, ">"),
+    "max": (operator.le, "<="),
+    "lt": (operator.lt, "<"),
+}
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,7 @@ class Settings:
 
     def validate(self, run: RunConfig) -> None:
         """Raise ConfigError for a value out of its declared bound; `run` is the run's common
-        settings, for checks that relate both (e.g. FedRep's body epochs <= local epochs).
+        settings, for checks that relate both (e.g. FedRep's generator epochs <= local epochs).
         """
         for f in fields(self):
             value, key = getattr(self, f.name), self.key(f.name)
@@ -138,7 +142,7 @@ class RunConfig(Settings):
         "`uoft-cs/cifar100`, `ylecun/mnist`, `flwrlabs/femnist`, `zh-plus/tiny-imagenet`), "
         "`shared:<folder>` (the first `<ancestor>/shared/data/<folder>` above the working "
         "directory) or a local path: a folder of parquet splits with the hub schema, or an image "
-        "folder (one subfolder per class, optionally inside `train/` and `test/`). The backbone "
+        "folder (one subfolder per class, optionally inside `train/` and `test/`). The generator "
         "follows the images: 28 px grayscale (EMNIST CNN), 32 px color (CIFAR CNN), 64 px color "
         "(TinyImageNet CNN)")
     classes: str = setting("", doc="the model's classes in order, comma-separated "

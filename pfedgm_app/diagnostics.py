@@ -61,7 +61,7 @@ def round_start(
     y: torch.Tensor,
     prototypes: torch.Tensor,
     batch: tuple[torch.Tensor, torch.Tensor],
-    lam: float,
+    lambda_: float,
     objective_scale: str = "mean",
 ) -> dict[str, float]:
     """The round-start quantities (module docstring) of the global model on one client: `z`,
@@ -82,7 +82,7 @@ def round_start(
         zb = generator(xb)
         h = shared_objective(zb, yb, head)
         g_shared = torch.autograd.grad(h, params, retain_graph=True, allow_unused=True)
-        r = lam * personalized_objective(zb, yb, prototypes, objective_scale)
+        r = lambda_ * personalized_objective(zb, yb, prototypes, objective_scale)
         g_personal = torch.autograd.grad(r, params, allow_unused=True)
     shared, personal = _norm(g_shared), _norm(g_personal)
     return {

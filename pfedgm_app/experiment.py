@@ -18,7 +18,7 @@ from flwr.serverapp import Grid
 from . import checkpoint, initial_model, wire
 from .config import ConfigError, RunConfig, Settings
 from .data import Protocol
-from .federation import model_input, partition_ranks, query_new_nodes
+from .federation import model_input, node_partitions, query_new_nodes
 from .methods import ClientPlugin, Method
 from .results import RunWriter, accuracy_by_type, evaluation_row
 from .strategies import PersonalizationResult, PersonalizedFedAvg, summarize
@@ -37,20 +37,20 @@ def experiment(
     """Phase 1 (rounds), then Phase 2 (personalize), over the discovered `clients`, from
     `initial` (`initial-model`) when given."""
     protocol = Protocol.of(cfg, int(next(iter(clients.values()))[wire.NUM_PARTITIONS]))
-    ranks = partition_ranks(clients)  # the protocol's roles are by partition id
+    partitions = node_partitions(clients)  # the protocol's roles are by partition id
     trained = None
     if protocol.kind != "standard":
-        trained = [node for node, pid in ranks.items() if protocol.trains(pid)]
+        trained = [node for node, pid in partitions.items() if protocol.trains(pid)]
 
     def take_in_new_nodes(grid: Grid) -> None:  # min-nodes: SuperNodes that joined since
         added = query_new_nodes(grid, cfg, clients, left_out)
-        ranks.update({node: int(clients[node][wire.PARTITION_ID]) for node in added})
+        partitions.update({node: int(clients[node][wire.PARTITION_ID]) for node in added})
         if added:
-            log(INFO, "pFedGM app: %d SuperNode(s) joined; %d known", len(added), len(ranks))
+            log(INFO, "pFedGM app: %d SuperNode(s) joined; %d known", len(added), len(partitions))
 
     refresh = take_in_new_nodes if cfg.min_nodes else None
-    evaluation = Evaluation(grid, cfg, protocol, ranks, refresh=refresh, left_out=left_out)
-    strategy = build_strategy(cfg, method, ranks, trained, reported=clients, settings=settings)
+    evaluation = Evaluation(grid, cfg, protocol, partitions, refresh=refresh, left_out=left_out)
+    strategy = build_strategy(cfg, method, partitions, trained, reported=clients, settings=settings)
     evaluation.strategy = strategy
     arrays = initial_arrays(cfg, method.plugin(settings), *model_input(clients))
     if initial is not None:
@@ -143,7 +143,7 @@ class Evaluation:
     grid: Grid
     cfg: RunConfig
     protocol: Protocol
-    ranks: dict[int, int]  # node id -> partition id
+    partitions: dict[int, int]  # node id -> partition id
     strategy: PersonalizedFedAvg | None = None
     refresh: Callable[[Grid], None] | None = None  # min-nodes: take in SuperNodes that joined
     left_out: dict[int, str] = dataclasses.field(default_factory=dict)  # node id -> why
@@ -154,13 +154,13 @@ class Evaluation:
         """The outcome (mean and std over the protocol's headline clients, rows of all), and
         its accuracy per client type where the protocol has several types."""
         config = ConfigRecord({wire.ROUND: server_round} if server_round else {})
-        nodes, gone = list(self.ranks), []
+        nodes, gone = list(self.partitions), []
         if self.refresh is not None:  # every client known and connected now
             self.refresh(self.grid)
             connected = set(self.grid.get_node_ids())
-            nodes = [n for n in self.ranks if n in connected]
+            nodes = [n for n in self.partitions if n in connected]
             gone = [f"partition {p}: not connected"
-                    for n, p in self.ranks.items() if n not in connected]  # fmt: skip
+                    for n, p in self.partitions.items() if n not in connected]  # fmt: skip
         outcome = self.strategy.personalize(
             self.grid, arrays, config, self.cfg.round_timeout, nodes
         )
@@ -236,7 +236,7 @@ def initial_arrays(
 def build_strategy(
     cfg: RunConfig,
     method: Method,
-    node_ranks: dict[int, int],
+    node_partitions: dict[int, int],
     train_nodes: list[int] | None = None,
     reported: dict[int, dict] | None = None,
     settings: Settings | None = None,
@@ -252,9 +252,9 @@ def build_strategy(
         fraction_train=cfg.fraction_train,
         fraction_evaluate=0.0,  # the paper evaluates once, after personalization
         min_train_nodes=1,
-        min_available_nodes=cfg.min_nodes or len(node_ranks),
+        min_available_nodes=cfg.min_nodes or len(node_partitions),
         node_wait_timeout=cfg.node_wait_timeout if cfg.min_nodes else None,
-        node_ranks=node_ranks,
+        node_partitions=node_partitions,
         train_nodes=train_nodes,
         seed=cfg.seed,
         reported=reported,

@@ -65,9 +65,17 @@ def discover_clients(
     sizes = sorted(int(i[wire.NUM_EXAMPLES]) for i in infos.values())
     tests = sum(int(i[wire.NUM_TEST]) for i in infos.values())
     ready = max(float(i.get(wire.DATA_SECONDS, 0.0)) for i in infos.values())
-    log(INFO, "pFedGM app: %d clients, train sizes min/median/max %d/%d/%d, %d samples in all; "
-        "data ready in at most %.1f s", len(ids), sizes[0], sizes[len(sizes) // 2], sizes[-1],
-        sum(sizes) + tests, ready)  # fmt: skip
+    log(
+        INFO,
+        "pFedGM app: %d clients, train sizes min/median/max %d/%d/%d, %d samples in all; "
+        "data ready in at most %.1f s",
+        len(ids),
+        sizes[0],
+        sizes[len(sizes) // 2],
+        sizes[-1],
+        sum(sizes) + tests,
+        ready,
+    )
     return infos
 
 
@@ -150,8 +158,10 @@ def _other_input(info: dict, infos: dict[int, dict]) -> str | None:
     ours, theirs = ([i.get(k) for k in keys] for i in (next(iter(infos.values())), info))
     if theirs == ours:
         return None
-    return (f"its data gives the model {theirs[0]} images and {theirs[1]} classes, the "
-            f"federation's give {ours[0]} and {ours[1]}")  # fmt: skip
+    return (
+        f"its data gives the model {theirs[0]} images and {theirs[1]} classes, the "
+        f"federation's give {ours[0]} and {ours[1]}"
+    )
 
 
 def model_input(clients: dict[int, dict]) -> tuple[tuple[int, int, int], int]:
@@ -167,6 +177,6 @@ def _num_partitions(infos: dict[int, dict]) -> int | None:
     return counts.pop() if counts else None
 
 
-def partition_ranks(clients: dict[int, dict]) -> dict[int, int]:
+def node_partitions(clients: dict[int, dict]) -> dict[int, int]:
     """{node id: partition id}: the stable index by which clients are sampled."""
     return {node: int(info[wire.PARTITION_ID]) for node, info in clients.items()}

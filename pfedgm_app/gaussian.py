@@ -1,6 +1,6 @@
 """pFedGM math: the Gaussian classifier, its objectives, prototypes and the Phase 2 head.
 
-Depends on torch only, so any backbone producing a representation z can use it.
+Depends on torch only, so any generator (phi) producing a representation z can use it.
 
 Notation (paper, Sec. Method): K classes, z in R^d. The navigator psi = {mu_k, b_k} and the
 diagonal covariance nu = {A_k} (A_k = S_k^-1, kept positive) define
@@ -56,12 +56,12 @@ def gaussian_logits(
 # The scale of mu^0's Gaussian, the one choice Algorithm 1 leaves open in psi^0:
 # - "standard": N(0, 1) per coordinate, the literal reading of "random Gaussian weights"
 #   (the default). ||mu_k|| starts near sqrt(d), the size the features z reach in training.
-# - "scaled": N(0, 1/d), a layer-style init with ||mu_k|| near 1. mu then trains at the body's
-#   learning rate with weight decay, each class moved by about 1/K of a batch and averaged with
-#   clients lacking it, so at K = 100 the navigator barely leaves its start.
+# - "scaled": N(0, 1/d), a layer-style init with ||mu_k|| near 1. mu then trains at the
+#   generator's learning rate with weight decay, each class moved by about 1/K of a batch and
+#   averaged with clients lacking it, so at K = 100 the navigator barely leaves its start.
 # docs/notes/navigator-init.md has the paired per-client comparison: "standard"
 # is ahead on every 128-d cell (+2.7 to +8.7 points per client at 30 rounds). On the 512-d
-# TinyImageNet backbone the two are level (+0.4, se 0.6), though there ||mu_k||^2 near 512
+# TinyImageNet generator the two are level (+0.4, se 0.6), though there ||mu_k||^2 near 512
 # makes round 1's logits steep enough that one client's loss became NaN; the contract drops
 # that reply and the round goes on. So the literal reading stays the default everywhere
 # (`readings.NAVIGATOR_INITS`).
@@ -204,7 +204,7 @@ class PersonalizedHead(nn.Module):
         b_star: torch.Tensor,
         A_star: torch.Tensor,
         upsilon: torch.Tensor,
-        lam: float,
+        lambda_: float,
         objective_scale: str = "mean",
     ) -> None:
         super().__init__()
@@ -213,7 +213,7 @@ class PersonalizedHead(nn.Module):
         for name, t in (("mu_star", mu_star), ("b_star", b_star), ("A_star", A_star)):
             self.register_buffer(name, t.detach().clone())
         self.register_buffer("upsilon", upsilon.detach().clone())
-        self.lam, self.objective_scale = lam, objective_scale
+        self.lambda_, self.objective_scale = lambda_, objective_scale
         like = {"device": mu_star.device, "dtype": mu_star.dtype}
         self.mu = nn.Parameter(torch.zeros(num_classes, dim, **like))
         self.b = nn.Parameter(torch.zeros(num_classes, **like))
@@ -225,8 +225,8 @@ class PersonalizedHead(nn.Module):
         """zeta as a Gaussian term: -lambda/d q^T A_c q = -1/2 q^T (2 lambda / d) A_c q (with
         `objective_scale` "sum": -lambda q^T A_c q, `OBJECTIVE_SCALES`)."""
         if self.objective_scale == "sum":
-            return (2 * self.lam) * self.a_c
-        return (2 * self.lam / self.mu.shape[1]) * self.a_c
+            return (2 * self.lambda_) * self.a_c
+        return (2 * self.lambda_ / self.mu.shape[1]) * self.a_c
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.logits_but_b(z) + self.b

@@ -38,13 +38,13 @@ class NoSettings(Settings):
 @dataclass(frozen=True)
 class FineTune(Settings):
     """Local fine-tuning at the end (FedAvgFT, FedBABU): `finetune-epochs` of the whole model
-    (`finetune-part=model`) or of the head alone (`head`, the body frozen)."""
+    (`finetune-part=model`) or of the head alone (`head`, the generator frozen)."""
 
     # fmt: off
     finetune_epochs: int = at_least(0, 5, at_most=10_000,  # 10^4 epochs is a typo
         doc="local fine-tuning epochs at the end")
-    finetune_part: str = setting("model", doc="what they tune: `model` (body and head, as "
-        "FedBABU's authors) or `head` (the body frozen)")
+    finetune_part: str = setting("model", doc="what they tune: `model` (generator and head, as "
+        "FedBABU's authors) or `head` (the generator frozen)")
     # fmt: on
 
     def validate(self, run: RunConfig) -> None:
@@ -59,8 +59,9 @@ class FineTune(Settings):
 class DittoSettings(Settings):
     prefix = "ditto"
     # 1.0 as tuned in the paper; at 10^4 v is w already
-    mu: float = at_least(0, 1.0, at_most=1e4,
-        doc="proximal weight mu of the personal model's term mu/2 ||v - w||^2")  # fmt: skip
+    mu: float = at_least(
+        0, 1.0, at_most=1e4, doc="proximal weight mu of the personal model's term mu/2 ||v - w||^2"
+    )
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class FedPACSettings(Settings):
     lambda_: float = at_least(0, 1.0, at_most=1e4,  # the paper: 1
         doc="weight of the feature alignment (MSE to the global class prototypes)")
     head_epochs: int = at_least(1, 1, at_most=10_000,  # 10^4 epochs is a typo
-        doc="head epochs before the `local-epochs` body epochs of each round")
+        doc="head epochs before the `local-epochs` generator epochs of each round")
     head_learning_rate: float = above(0, 0.1, at_most=100,  # SGD diverges long before 100
         doc="learning rate of those head epochs")
     # fmt: on
@@ -78,16 +79,16 @@ class FedPACSettings(Settings):
 
 @dataclass(frozen=True)
 class FedRepSettings(Settings):
-    """FedRep's local schedule: `fedrep-head-epochs` head epochs, then `local-epochs` body
-    epochs, each round; `fedrep-refit-epochs` head epochs on the final body at the end."""
+    """FedRep's local schedule: `fedrep-head-epochs` head epochs, then `local-epochs` generator
+    epochs, each round; `fedrep-refit-epochs` head epochs on the final generator at the end."""
 
     prefix = "fedrep"
     # fmt: off
-    head_epochs: int = at_least(1, 1, at_most=10_000, doc="head epochs, body fixed, before the "
-        "`local-epochs` body epochs of each round (1: PFLlib's `plocal_epochs`, the paper's "
-        "FedRep cost; the authors' CIFAR scripts: 10)")
+    head_epochs: int = at_least(1, 1, at_most=10_000, doc="head epochs, generator fixed, before "
+        "the `local-epochs` generator epochs of each round (1: PFLlib's `plocal_epochs`, the "
+        "paper's FedRep cost; the authors' CIFAR scripts: 10)")
     refit_epochs: int = at_least(0, 10, at_most=10_000, doc="head epochs of the final refit on "
-        "the final body (the authors' max(10, .))")  # max(10, local_ep - rep_ep)
+        "the final generator (the authors' max(10, .))")  # max(10, local_ep - rep_ep)
     # fmt: on
 
 
@@ -95,9 +96,11 @@ class FedRepSettings(Settings):
 class LGFedAvgSettings(Settings):
     prefix = "lgfedavg"
     # below 1, so that the split happens
+    # fmt: off
     warmup_fraction: float = at_least(0, 0.5, below=1, doc="the fraction of `num-server-rounds` "
         "run as FedAvg (every layer global) before the split into global convolutions and local "
-        "fully connected layers")  # fmt: skip
+        "fully connected layers")
+    # fmt: on
 
     def warm(self, task: ClientTask) -> bool:
         """Whether this round is one of the FedAvg rounds before the split."""
@@ -127,8 +130,10 @@ class PFedMeSettings(Settings):
 class PFedFDASettings(Settings):
     prefix = "pfedfda"
     # each fold costs an L-BFGS fit (the authors: 2)
+    # fmt: off
     cv_folds: int = at_least(2, 2, at_most=100,
-        doc="folds of the cross-validation that picks the interpolation coefficients")  # fmt: skip
+        doc="folds of the cross-validation that picks the interpolation coefficients")
+    # fmt: on
 
 
 @dataclass(frozen=True)
@@ -144,8 +149,8 @@ class PFedGMSettings(Settings):
 
     The readings of Phase 1 the paper leaves open, each named where the code makes it:
     `prototype-step` (`gaussian.PROTOTYPE_STEPS`), `objective-scale` (R_c's and zeta's 1/d,
-    `gaussian.OBJECTIVE_SCALES`), `navigator-lr-scale` (mu and b at the body's learning rate
-    times it), `head-weight-decay` (`phases.HEAD_DECAY`), `covariance-average` and
+    `gaussian.OBJECTIVE_SCALES`), `navigator-lr-scale` (mu and b at the generator's learning
+    rate times it), `head-weight-decay` (`phases.HEAD_DECAY`), `covariance-average` and
     `bias-average` (the server's, `strategies.pfedgm`), `rc-input` (`phases.RC_INPUTS`).
     """
 

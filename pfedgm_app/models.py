@@ -1,9 +1,9 @@
-"""Backbones (the generator phi) and the model that pairs one with a head.
+"""Generators (phi) and the model that pairs one with a head.
 
 Every model is `Model(generator, head)`: `generator(x)` is the representation z,
 `head(dropout(z))` the logits. Methods pick the head: a linear classifier for the baselines, the
 Gaussian classifier (navigator psi + covariance nu, `gaussian.GaussianHead`) for pFedGM. The
-backbone is chosen by image shape (`BACKBONES`) and fixes z's dimension (`generator.dim`).
+generator is chosen by image shape (`GENERATORS`) and fixes z's dimension (`generator.dim`).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class TinyImageNetCNN(ConvGenerator):
         super().__init__([(3, 16, 5, 0), (16, 32, 5, 1), (32, 64, 3, 1)], 3136, dim, dropout=0.5)
 
 
-BACKBONES: dict[tuple[int, int, int], type[ConvGenerator]] = {
+GENERATORS: dict[tuple[int, int, int], type[ConvGenerator]] = {
     (3, 32, 32): CifarCNN,
     (1, 28, 28): EmnistCNN,
     (3, 64, 64): TinyImageNetCNN,
@@ -126,8 +126,11 @@ class Model(nn.Module):
         """state_dict keys of a part: `generator`, `head`, or `convolutions` (the generator's
         convolution layers): what a method's `sends` names."""
         if part == "convolutions":
-            convs = {f"generator.{n}." for n, m in self.generator.named_modules()
-                     if isinstance(m, nn.Conv2d)}  # fmt: skip
+            convs = {
+                f"generator.{n}."
+                for n, m in self.generator.named_modules()
+                if isinstance(m, nn.Conv2d)
+            }
             return [k for k in self.state_dict() if k[: k.rindex(".") + 1] in convs]
         if part not in ("generator", "head"):
             raise ValueError(f"unknown model part {part!r}")
@@ -135,16 +138,16 @@ class Model(nn.Module):
 
 
 def build_generator(image_shape: tuple[int, int, int]) -> ConvGenerator:
-    """The backbone for an image shape (C, H, W)."""
+    """The generator for an image shape (C, H, W)."""
     try:
-        return BACKBONES[tuple(image_shape)]()
+        return GENERATORS[tuple(image_shape)]()
     except KeyError:
         raise ValueError(
-            f"no backbone for images of shape {image_shape}; supported: {list(BACKBONES)}"
+            f"no generator for images of shape {image_shape}; supported: {list(GENERATORS)}"
         ) from None
 
 
 def build_model(image_shape: tuple[int, int, int], head: Callable[[int], nn.Module]) -> Model:
-    """The backbone for `image_shape` with `head(dim)` on its z."""
+    """The generator for `image_shape` with `head(dim)` on its z."""
     generator = build_generator(image_shape)
     return Model(generator, head(generator.dim))

@@ -158,12 +158,21 @@ def keep(result: Personalized, task: ClientTask, context: Context, pid: int) -> 
     using it needs: its classes' names, image shape, method, run and accuracy."""
     cfg, node = task.cfg, context.node_config
     dataset = str(node.get(DATASET, cfg.dataset))
-    names = run_classes(cfg.classes, cfg.dataset) if DATA_PATH in node else (
-        class_names(cfg.classes, dataset))  # fmt: skip
-    run = {"method": cfg.method, "run-id": context.run_id, "dataset": dataset,
-           "server-round": cfg.num_server_rounds, "initial-model": cfg.initial_model,
-           "partition-id": pid, "accuracy": result.metrics[wire.ACCURACY],
-           "num-test": len(task.data.y_test)}  # fmt: skip
+    names = (
+        run_classes(cfg.classes, cfg.dataset)
+        if DATA_PATH in node
+        else class_names(cfg.classes, dataset)
+    )
+    run = {
+        "method": cfg.method,
+        "run-id": context.run_id,
+        "dataset": dataset,
+        "server-round": cfg.num_server_rounds,
+        "initial-model": cfg.initial_model,
+        "partition-id": pid,
+        "accuracy": result.metrics[wire.ACCURACY],
+        "num-test": len(task.data.y_test),
+    }
     path = model_dir(cfg, node, context.run_id) / f"client-{pid}{personal_model.SUFFIX}"
     shape = tuple(task.data.x_train.shape[1:])
     personal_model.save(path, result.model, shape, list(names), run)

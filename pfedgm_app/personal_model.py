@@ -2,26 +2,26 @@
 by the ClientApp (`save`) and read back without pickle (`load`; `python -m pfedgm_app.predict`
 uses it). It never leaves the device: the personalize reply carries metrics only.
 
-A model file is safetensors: every parameter and buffer of the evaluated `Model` (the backbone
+A model file is safetensors: every parameter and buffer of the evaluated `Model` (the generator
 for its image shape, then a head of one of the `HEADS` kinds) and three metadata strings:
 
     format   FORMAT
     model    JSON: image-shape [C, H, W], classes (the names, in the model's order), head (its
-             kind), head-args, backbone, normalization; and the run's method, run-id,
-             server-round (Phase 1 rounds behind it), initial-model, dataset, partition-id,
-             accuracy (on the client's test split), num-test
+             kind), head-args, backbone (the generator's class), normalization; and the run's
+             method, run-id, server-round (Phase 1 rounds behind it), initial-model, dataset,
+             partition-id, accuracy (on the client's test split), num-test
     sha256   of the tensors (names, dtypes, shapes, bytes) and of `model` (`digest`)
 
 `load` refuses, in one line, a file that is not safetensors, one that is not such a model, and
 one whose tensors or metadata no longer match its SHA-256 (damaged, or edited without it being
 recomputed: a check of integrity, not a signature). A file whose SHA-256 was recomputed is not
 trusted either: each field the model is rebuilt and used with must fit the tensors (present and
-of its JSON type; an image shape with a backbone; float32 tensors; head tensors sized by the
-class names and the backbone's features, checked before anything is allocated from them; one
+of its JSON type; an image shape with a generator; float32 tensors; head tensors sized by the
+class names and the generator's features, checked before anything is allocated from them; one
 logit per class name), else it too is refused in one line.
 
 A head kind is its class, the non-tensor arguments it is rebuilt with, and how to build one from
-its tensors (sized by the classes and the backbone's features only); a method whose evaluated
+its tensors (sized by the classes and the generator's features only); a method whose evaluated
 model has another head declares that head's kind in `HEADS`, and nothing else here changes.
 """
 
@@ -40,7 +40,7 @@ from torch import nn
 
 from .gaussian import PersonalizedHead
 from .methods.pfedfda import LDAHead
-from .models import BACKBONES, Model, build_generator
+from .models import GENERATORS, Model, build_generator
 
 FORMAT = "pfedgm-personal-model/1"
 SUFFIX = ".safetensors"
@@ -69,7 +69,7 @@ HEADS: dict[str, Head] = {
         lambda t, a: PersonalizedHead(
             t["mu_star"], t["b_star"], t["A_star"], t["upsilon"], a["lambda"]
         ),
-        lambda head: {"lambda": head.lam},
+        lambda head: {"lambda": head.lambda_},
     ),
     # pFedFDA's LDA classifier from the adapted statistics and the client's priors
     "lda": Head(LDAHead, lambda t, a: LDAHead(*t["mu"].shape)),
@@ -137,9 +137,15 @@ def save(
         outputs = model.head(z).shape[-1]
     if outputs != len(classes):
         raise ValueError(f"the model gives {outputs} logits for {len(classes)} class names")
-    meta = {**run, "image-shape": list(image_shape), "classes": list(classes), "head": kind,
-            "head-args": HEADS[kind].args(model.head),
-            "backbone": type(model.generator).__name__, "normalization": NORMALIZATION}  # fmt: skip
+    meta = {
+        **run,
+        "image-shape": list(image_shape),
+        "classes": list(classes),
+        "head": kind,
+        "head-args": HEADS[kind].args(model.head),
+        "backbone": type(model.generator).__name__,
+        "normalization": NORMALIZATION,
+    }
     text = json.dumps(meta, sort_keys=True)
     tensors = tensors_of(model)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -184,7 +190,7 @@ REBUILD = "use the file the client saved, or save it again"
 
 def checked_meta(text: str, path: Path | str = "model") -> dict[str, Any]:
     """The `model` metadata, each field `REQUIRED` there and of its type, the image shape one
-    of `BACKBONES`, the class names strings (`ModelFileError` says what is not)."""
+    of `GENERATORS`, the class names strings (`ModelFileError` says what is not)."""
     try:
         meta = json.loads(text)
     except (ValueError, RecursionError):  # RecursionError: nested deeper than Python goes
@@ -194,13 +200,16 @@ def checked_meta(text: str, path: Path | str = "model") -> dict[str, Any]:
     for key, kind in REQUIRED.items():
         if type(meta.get(key)) is not kind:
             found = f"has no {key}" if key not in meta else f"'s {key} is {_short(meta[key])}"
-            raise ModelFileError(f"{path}: its metadata{found}, not a JSON {JSON_TYPES[kind]}; "
-                                 f"{REBUILD}")  # fmt: skip
+            raise ModelFileError(
+                f"{path}: its metadata{found}, not a JSON {JSON_TYPES[kind]}; {REBUILD}"
+            )
     shape = meta["image-shape"]
-    if not all(type(n) is int for n in shape) or tuple(shape) not in BACKBONES:
-        known = [list(s) for s in BACKBONES]
-        raise ModelFileError(f"{path}: its image-shape {_short(shape)} is none this version has a "
-                             f"backbone for ({known}); {REBUILD}")  # fmt: skip
+    if not all(type(n) is int for n in shape) or tuple(shape) not in GENERATORS:
+        known = [list(s) for s in GENERATORS]
+        raise ModelFileError(
+            f"{path}: its image-shape {_short(shape)} is none this version has a "
+            f"generator for ({known}); {REBUILD}"
+        )
     classes = meta["classes"]
     if not classes or not all(type(name) is str for name in classes):
         raise ModelFileError(
@@ -219,25 +228,30 @@ def rebuild(meta: dict[str, Any], tensors: Tensors, path: Path | str = "model") 
     kind, classes = meta["head"], meta["classes"]
     generator = build_generator(tuple(meta["image-shape"]))
     if type(generator).__name__ != meta["backbone"]:
-        raise ModelFileError(f"{path}: its backbone {_short(meta['backbone'])} is not this "
-                             f"version's ({type(generator).__name__})")  # fmt: skip
+        raise ModelFileError(
+            f"{path}: its generator {_short(meta['backbone'])} is not this "
+            f"version's ({type(generator).__name__})"
+        )
     if odd := [n for n, t in tensors.items() if t.dtype != torch.float32][:1]:
         raise ModelFileError(f"{path}: {odd[0]} is {tensors[odd[0]].dtype}, not float32")
     head_tensors = {k[len("head.") :]: v for k, v in tensors.items() if k.startswith("head.")}
-    # A head is sized by its classes and the backbone's features only: checked before the head
+    # A head is sized by its classes and the generator's features only: checked before the head
     # is built, as building allocates from these sizes (an LDA head a d x d covariance).
     sizes = {len(classes), generator.dim}
     for name, t in head_tensors.items():
         if not set(t.shape) <= sizes:
             raise ModelFileError(
                 f"{path}: head.{name} has shape {tuple(t.shape)}, but the file names "
-                f"{len(classes)} classes and its backbone gives {generator.dim} features; {REBUILD}"
+                f"{len(classes)} classes and its generator gives {generator.dim} features; "
+                f"{REBUILD}"
             )
     try:
         head = HEADS[kind].build(head_tensors, meta["head-args"])
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
-        raise ModelFileError(f"{path}: its tensors and head-args are not a {kind} head's "
-                             f"({_one_line(exc)}); {REBUILD}") from None  # fmt: skip
+        raise ModelFileError(
+            f"{path}: its tensors and head-args are not a {kind} head's "
+            f"({_one_line(exc)}); {REBUILD}"
+        ) from None
     model = Model(generator, head)
     own = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     if set(own) != set(tensors):
@@ -246,17 +260,21 @@ def rebuild(meta: dict[str, Any], tensors: Tensors, path: Path | str = "model") 
     with torch.no_grad():
         for name, value in tensors.items():
             if own[name].shape != value.shape:
-                raise ModelFileError(f"{path}: {name} has shape {tuple(value.shape)}, the "
-                                     f"model's is {tuple(own[name].shape)}")  # fmt: skip
+                raise ModelFileError(
+                    f"{path}: {name} has shape {tuple(value.shape)}, the "
+                    f"model's is {tuple(own[name].shape)}"
+                )
             own[name].copy_(value)
         try:  # what `predict` does with it, on one blank image
             outputs = model.eval()(torch.zeros(1, *meta["image-shape"])).shape[-1]
         except (TypeError, ValueError, RuntimeError) as exc:
-            raise ModelFileError(f"{path}: the model cannot classify an image ({_one_line(exc)})"
-                                 f"; {REBUILD}") from None  # fmt: skip
+            raise ModelFileError(
+                f"{path}: the model cannot classify an image ({_one_line(exc)}); {REBUILD}"
+            ) from None
     if outputs != len(classes):
-        raise ModelFileError(f"{path}: the model gives {outputs} logits for {len(classes)} "
-                             f"class names; {REBUILD}")  # fmt: skip
+        raise ModelFileError(
+            f"{path}: the model gives {outputs} logits for {len(classes)} class names; {REBUILD}"
+        )
     return model
 
 

@@ -1,18 +1,18 @@
-"""pFedGM's two phases on a client, for any backbone and any data (torch only).
+"""pFedGM's two phases on a client, for any generator and any data (torch only).
 
     from pfedgm_app.gaussian import GaussianHead
     from pfedgm_app.phases import personalize, train_round
 
     head = GaussianHead(num_classes, dim)            # navigator psi (mu, b) and covariance nu (A)
-    metrics = train_round(backbone, head, trainloader)        # Phase 1: one round, in place
-    result = personalize(backbone, head, trainloader, testloader)  # Phase 2: accuracies
-    ph, result = personalized_head(backbone, head, trainloader, testloader)  # and the head
+    metrics = train_round(generator, head, trainloader)        # Phase 1: one round, in place
+    result = personalize(generator, head, trainloader, testloader)  # Phase 2: accuracies
+    ph, result = personalized_head(generator, head, trainloader, testloader)  # and the head
 
-`backbone` is the generator phi: any module mapping a batch of inputs to features z of shape
-(batch, dim). Data are either a pair of tensors `(x, y)`, shuffled into batches of `batch_size`
-by `rng` (what the app does), or any re-iterable of `(x, y)` batches such as a `DataLoader`,
-used as it comes each epoch. Batches are moved to the head's device. Defaults are the paper's
-(Sec. Training Setup). What leaves the client afterwards is the backbone's and the head's
+`generator` is phi: any module mapping a batch of inputs to features z of shape (batch, dim).
+Data are either a pair of tensors `(x, y)`, shuffled into batches of `batch_size` by `rng`
+(what the app does), or any re-iterable of `(x, y)` batches such as a `DataLoader`, used as it
+comes each epoch. Batches are moved to the head's device. Defaults are the paper's
+(Sec. Training Setup). What leaves the client afterwards is the generator's and the head's
 `state_dict()`; the prototypes upsilon and the personalized head never do.
 """
 
@@ -60,7 +60,7 @@ Data = tuple[torch.Tensor, torch.Tensor] | Iterable[tuple[torch.Tensor, torch.Te
 # Readings of Phase 1 the paper leaves open (`train_round`), the first of each the default:
 # - which head parameters SGD's weight decay reaches: Sec. Training Setup gives "weight
 #   decay=5e-4" for the optimizer and says nothing of the head. mu and b are weights of the
-#   navigator, decayed as the body is (the default); A is a statistic, a precision that decay
+#   navigator, decayed as the generator is (the default); A is a statistic, a precision that decay
 #   would shrink toward 0 whatever the data, so it is left out unless named
 #   (`readings.HEAD_DECAY`);
 # - where R_c reads z when a dropout sits before the navigator (TinyImageNet): "The features
@@ -105,12 +105,12 @@ def _pair(batch) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def check_features(z: torch.Tensor, y: torch.Tensor, head: GaussianHead) -> None:
-    """One clear line when the backbone's output or the labels do not fit the head."""
+    """One clear line when the generator's output or the labels do not fit the head."""
     num_classes, dim = head.mu.shape
     if z.dim() != 2 or z.shape[1] != dim:
         raise ValueError(
-            f"the backbone gives features of shape {tuple(z.shape)}, the head expects (batch, "
-            f"{dim}): build GaussianHead(num_classes, {z.shape[-1]}) or change the backbone"
+            f"the generator gives features of shape {tuple(z.shape)}, the head expects (batch, "
+            f"{dim}): build GaussianHead(num_classes, {z.shape[-1]}) or change the generator"
         )
     if len(y) and not 0 <= int(y.min()) <= int(y.max()) < num_classes:
         raise ValueError(
@@ -131,7 +131,7 @@ def train_round(
     head: GaussianHead,
     data: Data,
     *,
-    lam: float = 1.0,
+    lambda_: float = 1.0,
     epochs: int = 5,
     lr: float = 0.01,
     momentum: float = 0.5,
@@ -148,7 +148,7 @@ def train_round(
     rc_input: str = "before-dropout",
 ) -> dict[str, float]:
     """Phase 1 on client i in round r (Algorithm 1), in place on `generator` and `head`:
-    `epochs` epochs of Eq. (main_loss), H(phi, psi, E) + lam R_c(phi), on phi and psi, with
+    `epochs` epochs of Eq. (main_loss), H(phi, psi, E) + lambda R_c(phi), on phi and psi, with
     Eq. (cov_approx) on nu in the same steps.
 
     The prototypes upsilon^r_{i,k} = E[z^r | y=k, c=i] are computed exactly at the start of the
@@ -180,8 +180,9 @@ def train_round(
     seconds_prototypes = time.perf_counter() - start if personalized else 0.0
     batch = (data[0][:batch_size], data[1][:batch_size]) if _is_tensors(data) else first[0]
     batch = tuple(t.to(head.mu.device) for t in batch)
-    at_start = diagnostics.round_start(generator, head, z, y, prototypes, batch,
-                                       lam if personalized else 0.0, objective_scale)  # fmt: skip
+    at_start = diagnostics.round_start(
+        generator, head, z, y, prototypes, batch, lambda_ if personalized else 0.0, objective_scale
+    )
     del z
     meter = diagnostics.RoundMeter()
 
@@ -197,7 +198,7 @@ def train_round(
         zr = z if rc_input == "before-dropout" else zd
         r = personalized_objective(zr, yb, prototypes, objective_scale)
         if personalized:
-            loss = loss + lam * r
+            loss = loss + lambda_ * r
             update_prototypes_(prototypes, zr, yb, counts, prototype_step)
         if decoupling == "gm-d":
             loss = loss + covariance_objective(zd, yb, head)  # reaches A only
@@ -236,7 +237,7 @@ def personalized_head(
     train: Data,
     test: Data,
     *,
-    lam: float = 1.0,
+    lambda_: float = 1.0,
     epochs: int = 5,
     lr: float = 0.05,
     momentum: float = 0.5,
@@ -277,8 +278,8 @@ def personalized_head(
     # its prototype is the global mean mu*_k (the prior), which leaves zeta_k uninformative.
     upsilon, _ = class_means(z_train, y_train, head.mu.shape[0], head.mu.detach())
     # NA: lambda 0 drops zeta, and untrained offsets leave the global head with A*
-    lam = 0.0 if adaptation == "none" else lam
-    ph = PersonalizedHead(head.mu, head.b, head.A, upsilon, lam, objective_scale)
+    lambda_ = 0.0 if adaptation == "none" else lambda_
+    ph = PersonalizedHead(head.mu, head.b, head.A, upsilon, lambda_, objective_scale)
     result = {
         "acc-global": accuracy(head, z_test, y_test),
         "acc-global-cov": accuracy(head.covariance_logits, z_test, y_test),

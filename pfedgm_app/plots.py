@@ -23,8 +23,7 @@ def plot_rounds(run_dir: Path, title: str) -> Path:
     folder = RunFolder(run_dir)
     rows = folder.read_rounds()
     losses = [(r["round"], r["loss"]) for r in rows if "loss" in r]
-    points = [(r["round"], r[EVAL_MEAN], r[EVAL_STD])
-              for r in rows if r.get(EVAL_MEAN) is not None]  # fmt: skip
+    points = [(r["round"], r[EVAL_MEAN], r[EVAL_STD]) for r in rows if r.get(EVAL_MEAN) is not None]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6), sharex=True)
     if points:
         x, mean, std = zip(*points, strict=True)

@@ -137,8 +137,11 @@ def model_file(path: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", type=Path, help="a client's saved model (.safetensors), or a "
-                        "run's output-dir holding one")  # fmt: skip
+    parser.add_argument(
+        "model",
+        type=Path,
+        help="a client's saved model (.safetensors), or a run's output-dir holding one",
+    )
     parser.add_argument("images", type=Path, nargs="+", help="image files or folders of them")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     parser.add_argument("--batch-size", type=int, default=256)

@@ -69,11 +69,8 @@ ALPHAS = {"dir01": 0.1, "dir05": 0.5}
 
 
 def _papers() -> list[Preset]:
-    presets = [
-        Preset("smoke", "A two-minute check that the app works end to end", 4,
-               {"num-server-rounds": 2, "fraction-train": 0.5, "local-epochs": 1,
-                "pool-size": 4000}),
-    ]  # fmt: skip
+    smoke = {"num-server-rounds": 2, "fraction-train": 0.5, "local-epochs": 1, "pool-size": 4000}
+    presets = [Preset("smoke", "A two-minute check that the app works end to end", 4, smoke)]
 
     def base(data: str, alpha: float, **keys) -> dict[str, Any]:
         hub, _, _, q, batch = DATASETS[data]
@@ -82,8 +79,8 @@ def _papers() -> list[Preset]:
 
     for data, (_, _, clients, _, _) in DATASETS.items():
         for tag, alpha in ALPHAS.items():
-            presets.append(Preset(f"{data}-{tag}", f"Table 'standard': {data} Dir({alpha}), "
-                                  f"{clients} clients", clients, base(data, alpha)))  # fmt: skip
+            table = f"Table 'standard': {data} Dir({alpha}), {clients} clients"
+            presets.append(Preset(f"{data}-{tag}", table, clients, base(data, alpha)))
     for data in ("cifar10", "cifar100"):
         for tag, alpha in ALPHAS.items():
             for assignment in ("50C", "100C"):
@@ -101,14 +98,12 @@ def _papers() -> list[Preset]:
             table = f"Table 'moderate': {data} Dir({alpha}), {moderate} clients, 2 local epochs"
             keys = base(data, alpha, **{"local-epochs": 2})
             presets.append(Preset(f"moderate-{data}-{tag}", table, moderate, keys))
-    presets.append(Preset(
-        "generalization",
+    table = (
         "Table 'generalize': new clients, CIFAR-10 Dir(0.5); trains on clients 0..44 (q = 0.6), "
-        "evaluates the unseen 45..99 per type",
-        100,
-        {"dataset": "uoft-cs/cifar10", "dirichlet-alpha": 0.5, "fraction-train": 0.6,
-         "protocol": "generalization"},
-    ))  # fmt: skip
+        "evaluates the unseen 45..99 per type"
+    )
+    keys = base("cifar10", 0.5, **{"fraction-train": 0.6, "protocol": "generalization"})
+    presets.append(Preset("generalization", table, 100, keys))
     return presets + [_offline(p) for p in presets]
 
 
@@ -123,8 +118,8 @@ def _offline(preset: Preset) -> Preset:
         # training samples (the default floor); 20 leaves the smallest client 22.
         keys["min-train-samples"] = 20
         note += ", min-train-samples 20: 116 images per client"
-    return Preset(f"{preset.name}-offline", f"{preset.table} ({note})", preset.num_supernodes,
-                  keys)  # fmt: skip
+    name, table = f"{preset.name}-offline", f"{preset.table} ({note})"
+    return Preset(name, table, preset.num_supernodes, keys)
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in _papers()}

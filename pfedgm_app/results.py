@@ -1,19 +1,16 @@
-"""What a run writes to `output-dir` and logs: config, per-round metrics, the final global
-weights, per-client accuracies and `summary.json`. Files are written as the run goes, so
-nothing already written is lost if a later step fails.
+"""What a run writes to `output-dir` (through `run_folder.RunFolder`, which names, formats and
+reads back each file) and logs: config, per-round metrics, the final global weights,
+per-client accuracies and the summary. Files are written as the run goes, so nothing already
+written is lost if a later step fails.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import math
 import os
 import time
 from collections.abc import Callable
 from logging import INFO, WARNING
 from pathlib import Path
-from typing import Any
 
 import flwr
 import torch
@@ -58,9 +55,9 @@ class RunWriter:
             writer = cls(run_dir, started)
             writer.lock = checkpoint.FolderLock(run_dir)
             return writer
-        if RunFolder(run_dir).finished:
+        if (folder := RunFolder(run_dir)).finished:
             raise ConfigError(
-                f"output-dir {run_dir} already holds a finished run (summary.json); "
+                f"output-dir {run_dir} already holds a finished run ({folder.summary.name}); "
                 "choose another output-dir or leave it empty for a fresh timestamped folder"
             )
         existing = next(p for p in (run_dir, *run_dir.parents) if p.exists())
@@ -94,7 +91,7 @@ class RunWriter:
         """A resumed run's `rounds.jsonl` keeps rounds 1..done (a round logged after the last
         checkpoint is run again)."""
         kept = [r for r in self.folder.read_rounds() if r["round"] <= done]
-        self._write_rounds(kept)
+        self.folder.write_rounds(kept)
         self.resumed_after = done
         # rows written before ELAPSED existed: the sum of their rounds' seconds, a lower bound
         last = kept[-1] if kept else {}
@@ -111,10 +108,6 @@ class RunWriter:
         if self.lock is not None:
             self.lock.release()
 
-    def write_json(self, path: Path, payload: Any) -> Path:
-        path.write_text(strict_json(payload, indent=2, sort_keys=True) + "\n")
-        return path
-
     def mark(self, moment: str) -> None:
         self.times[moment] = time.time()
 
@@ -125,9 +118,8 @@ class RunWriter:
             checkpoint.check_clients(self.run_dir, num_clients, cfg.min_nodes)
         self._prepare()
         config = {**cfg.to_run_config(), **settings.to_run_config()}
-        self.write_json(
-            self.folder.config,
-            {**config, "num-clients": num_clients, "flwr-version": flwr.__version__},
+        self.folder.write_config(
+            {**config, "num-clients": num_clients, "flwr-version": flwr.__version__}
         )
         log(INFO, "pFedGM app: method=%s, %d clients, outputs in %s", cfg.method, num_clients,
             self.run_dir)  # fmt: skip
@@ -135,9 +127,7 @@ class RunWriter:
     def append_round(self, server_round: int, metrics: MetricRecord | None, **extra) -> None:
         """One line of `rounds.jsonl`: the round's metrics, under the server's own keys (the
         round, its seconds, its evaluation), strict JSON (a non-finite number is null)."""
-        row = {**dict(metrics or {}), "round": server_round, **extra}
-        with open(self.folder.rounds, "a") as f:
-            f.write(strict_json(row) + "\n")
+        self.folder.append_round({**dict(metrics or {}), "round": server_round, **extra})
 
     def on_round(
         self, server_round: int, arrays: ArrayRecord, metrics: MetricRecord | None, **extra
@@ -158,14 +148,9 @@ class RunWriter:
         return path
 
     def write_clients(self, rows: list[dict[str, float]]) -> Path:
-        path = self.folder.clients
-        keys = sorted({k for r in rows for k in r}, key=lambda k: (k != "partition-id", k))
-        rows = sorted(rows, key=lambda r: r.get("partition-id", 0))
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=keys)
-            writer.writeheader()
-            writer.writerows(rows)
-        return path
+        """`clients.csv` from the personalize replies' rows (accuracies as fractions)."""
+        self.folder.write_clients(rows)
+        return self.folder.clients
 
     def finish(
         self,
@@ -174,49 +159,49 @@ class RunWriter:
         outcome: PersonalizationResult,
         by_type: dict[str, dict] | None = None,
     ) -> dict:
-        """Write `clients.csv` and `summary.json` (with `accuracy_by_type` when given), plot the
+        """Write `clients.csv` and `summary.json` (with `accuracy-by-type` when given), plot the
         accuracy per round when the run evaluated during training, and log the summary;
-        returns the summary."""
+        returns the summary (as `RunFolder.read_summary` reads it back)."""
         self.write_clients(outcome.clients)
         self.mark("finished")
         t = self.times
         summary = {
             "method": cfg.method,
             "dataset": cfg.dataset,
-            "dirichlet_alpha": cfg.dirichlet_alpha,
-            "num_clients": num_clients,
+            "dirichlet-alpha": cfg.dirichlet_alpha,
+            "num-clients": num_clients,
             "rounds": cfg.num_server_rounds,
-            "fraction_train": cfg.fraction_train,
-            "mean_accuracy": outcome.mean_accuracy,
-            "std_accuracy": outcome.std_accuracy,
-            "unweighted_mean_accuracy": outcome.unweighted_mean_accuracy,
-            "accuracy_note": "percent; mean weighted by client test-set size (as pFedFDA), "
+            "fraction-train": cfg.fraction_train,
+            "mean-accuracy": outcome.mean_accuracy,
+            "std-accuracy": outcome.std_accuracy,
+            "unweighted-mean-accuracy": outcome.unweighted_mean_accuracy,
+            "accuracy-note": "percent; mean weighted by client test-set size (as pFedFDA), "
             "std across clients (unweighted)",
-            "ablation_mean_accuracy": outcome.means,
-            "num_clients_evaluated": len(outcome.clients),
+            "ablation-mean-accuracy": outcome.means,
+            "num-clients-evaluated": len(outcome.clients),
             "failures": outcome.failures,
-            "seconds_total": self.earlier + t["finished"] - t["started"],
-            "seconds_training": t["trained"] - t["started"],
-            "seconds_per_round": (t["trained"] - t["rounds"]) / max(self.rounds_run, 1),
-            "seconds_personalize": t["finished"] - t["trained"],
-            "output_dir": str(self.run_dir),
+            "seconds-total": self.earlier + t["finished"] - t["started"],
+            "seconds-training": t["trained"] - t["started"],
+            "seconds-per-round": (t["trained"] - t["rounds"]) / max(self.rounds_run, 1),
+            "seconds-personalize": t["finished"] - t["trained"],
+            "output-dir": str(self.run_dir),
         }
         if cfg.protocol != "standard":
             summary["protocol"] = cfg.protocol
-        if self.resumed_after:  # seconds_total spans the sittings; the other seconds, this one's
-            summary["resumed_after_round"] = self.resumed_after
+        if self.resumed_after:  # seconds-total spans the sittings; the other seconds, this one's
+            summary["resumed-after-round"] = self.resumed_after
         if by_type:
-            summary["accuracy_by_type"] = by_type
-        summary["dropped_replies"] = self.dropped
-        summary["rounds_without_update"] = {
+            summary["accuracy-by-type"] = by_type
+        summary["dropped-replies"] = self.dropped
+        summary["rounds-without-update"] = {
             str(r): w for r, w in self.rounds_without_update.items()
         }
         self.add_final_evaluation(cfg.num_server_rounds, evaluation_row(outcome, by_type))
-        self.write_json(self.folder.summary, summary)
+        self.folder.write_summary(summary)
         title = f"{cfg.method} on {dataset_label(cfg.dataset)}, Dir({cfg.dirichlet_alpha:g})"
         plot_rounds(self.run_dir, title)
         log_summary(summary, outcome)
-        return summary
+        return self.folder.read_summary()
 
     def training_problems(self, dropped: list[str], rounds_without_update: dict[int, str]) -> None:
         """What `summary.json` reports of Phase 1: every reply dropped ("round r: node n:
@@ -231,36 +216,14 @@ class RunWriter:
             rows[-1].update(row)
         else:  # no round trained in this sitting, or none logged: a line of its own
             rows.append({"round": last_round, **row})
-        self._write_rounds(rows)
-
-    def _write_rounds(self, rows: list[dict]) -> None:
-        """`rounds.jsonl` rewritten whole and renamed: a kill leaves the old file."""
-        path = self.folder.rounds
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(strict_json(r) + "\n" for r in rows))
-        os.replace(tmp, path)
-
-
-def strict_json(value: Any, **kwargs) -> str:
-    """JSON that every reader accepts: NaN and infinities written as null."""
-
-    def finite(v: Any) -> Any:
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        if isinstance(v, dict):
-            return {k: finite(x) for k, x in v.items()}
-        if isinstance(v, list | tuple):
-            return [finite(x) for x in v]
-        return v
-
-    return json.dumps(finite(value), allow_nan=False, **kwargs)
+        self.folder.write_rounds(rows)
 
 
 def evaluation_row(outcome: PersonalizationResult, by_type: dict[str, dict] | None) -> dict:
     """What an evaluation during training adds to its round's line of `rounds.jsonl`."""
     row = {EVAL_MEAN: outcome.mean_accuracy, EVAL_STD: outcome.std_accuracy}
     if by_type:
-        row["accuracy-by-type"] = {k: v["mean_accuracy"] for k, v in by_type.items()}
+        row["accuracy-by-type"] = {k: v["mean-accuracy"] for k, v in by_type.items()}
     return row
 
 
@@ -275,7 +238,7 @@ def accuracy_by_type(
     result = {}
     for kind, members in sorted(groups.items()):
         stats = summarize(members, [])
-        result[kind] = {"mean_accuracy": stats.mean_accuracy, "std_accuracy": stats.std_accuracy,
+        result[kind] = {"mean-accuracy": stats.mean_accuracy, "std-accuracy": stats.std_accuracy,
                         "clients": len(members)}  # fmt: skip
     return result
 
@@ -284,18 +247,18 @@ def log_summary(summary: dict, outcome: PersonalizationResult) -> None:
     """The closing lines of the ServerApp's log."""
     log(INFO, "")
     log(INFO, "pFedGM app summary: method=%s dataset=%s alpha=%s clients=%d rounds=%d",
-        summary["method"], summary["dataset"], summary["dirichlet_alpha"],
-        summary["num_clients"], summary["rounds"])  # fmt: skip
+        summary["method"], summary["dataset"], summary["dirichlet-alpha"],
+        summary["num-clients"], summary["rounds"])  # fmt: skip
     if outcome.mean_accuracy is None:
         log(WARNING, "  personalized test accuracy: none, no client could be evaluated")
     else:
         log(INFO, "  personalized test accuracy: %.2f (%.2f) %% [mean weighted by test size "
             "(std across clients)]", outcome.mean_accuracy, outcome.std_accuracy)  # fmt: skip
-    for kind, stats in summary.get("accuracy_by_type", {}).items():
-        log(INFO, "  %s: %.2f (%.2f) %% over %d clients", kind, stats["mean_accuracy"],
-            stats["std_accuracy"], stats["clients"])  # fmt: skip
+    for kind, stats in summary.get("accuracy-by-type", {}).items():
+        log(INFO, "  %s: %.2f (%.2f) %% over %d clients", kind, stats["mean-accuracy"],
+            stats["std-accuracy"], stats["clients"])  # fmt: skip
     for key, value in outcome.means.items():
         log(INFO, "  %s: %.2f %%", key, value)
     if outcome.failures:
         log(WARNING, "  %d client(s) failed: %s", len(outcome.failures), outcome.failures)
-    log(INFO, "  outputs: %s", summary["output_dir"])
+    log(INFO, "  outputs: %s", summary["output-dir"])

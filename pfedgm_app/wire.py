@@ -48,10 +48,20 @@ DATA_SECONDS = "seconds-data"  # seconds the message's ClientApp took to have it
 # others are ignored unless a method's strategy names them (`metric_keys`)
 TRAIN_METRICS = ("loss", "sample-passes", DATA_SECONDS, "seconds-model", "seconds-compute")
 # pFedGM's: Phase 1's diagnostics (`pfedgm_app.diagnostics`) and its prototype pass's seconds
-PFEDGM_METRICS = ("loss-shared", "loss-personalized", "saturated-fraction", "grad-norm-shared",
-                  "grad-norm-personalized", "grad-share-personalized", "z-norm", "mu-norm",
-                  "within-class-variance", "saturated-fraction-start", "covariance-norm",
-                  "seconds-prototypes")  # fmt: skip
+PFEDGM_METRICS = (
+    "loss-shared",
+    "loss-personalized",
+    "saturated-fraction",
+    "grad-norm-shared",
+    "grad-norm-personalized",
+    "grad-share-personalized",
+    "z-norm",
+    "mu-norm",
+    "within-class-variance",
+    "saturated-fraction-start",
+    "covariance-norm",
+    "seconds-prototypes",
+)
 
 # FedPAC's extras: client -> server statistics, server -> client global prototypes
 PROTOS = "protos"  # (K, d) class means

@@ -20,7 +20,7 @@ from pfedgm_app.strategies.fedpac import combination_weights, project_simplex, s
 # -- pFedMe: the inner problem ---------------------------------------------------------------
 
 
-def _regression(lam=5.0, wd=0.1, n=40, d=6):
+def _regression(lambda_=5.0, wd=0.1, n=40, d=6):
     g = torch.Generator().manual_seed(0)  # float64: the tolerance is not at float32's floor
     X = torch.randn(n, d, generator=g, dtype=torch.float64)
     t = torch.randn(n, generator=g, dtype=torch.float64)
@@ -31,9 +31,9 @@ def _regression(lam=5.0, wd=0.1, n=40, d=6):
     def loss():
         return 0.5 * (model(X).squeeze(1) - t).pow(2).mean()
 
-    # argmin 1/(2n)||X theta - t||^2 + lam/2 ||theta - w||^2 + wd/2 ||theta||^2
-    A = X.T @ X / n + (lam + wd) * torch.eye(d, dtype=torch.float64)
-    exact = torch.linalg.solve(A, X.T @ t / n + lam * w.flatten())
+    # argmin 1/(2n)||X theta - t||^2 + lambda/2 ||theta - w||^2 + wd/2 ||theta||^2
+    A = X.T @ X / n + (lambda_ + wd) * torch.eye(d, dtype=torch.float64)
+    exact = torch.linalg.solve(A, X.T @ t / n + lambda_ * w.flatten())
     return model, [w], loss, exact
 
 
@@ -42,7 +42,7 @@ def test_pfedme_inner_problem_is_solved_to_the_stated_tolerance():
     _, norm = moreau_step_(model, anchor, loss, 5.0, 0.05, steps=10_000, tolerance=1e-8,
                            weight_decay=0.1)  # fmt: skip
     assert norm <= 1e-8
-    # h is (lam + wd)-strongly convex: ||theta - theta*|| <= ||grad h|| / (lam + wd)
+    # h is (lambda + wd)-strongly convex: ||theta - theta*|| <= ||grad h|| / (lambda + wd)
     torch.testing.assert_close(model.weight.data.flatten(), exact, atol=1e-8 / 5.1, rtol=0)
 
 

@@ -19,6 +19,7 @@ from pfedgm_app.methods import METHODS, run_config_keys
 from pfedgm_app.paper.flwr_cli import APP_DIR
 from pfedgm_app.paper.grid import TABLES
 from pfedgm_app.presets import PRESETS
+from pfedgm_app.run_folder import RunFolder
 
 
 def pfedgm(*args: str):
@@ -78,7 +79,7 @@ def test_check_refuses_a_missing_dataset_path_and_a_finished_output_dir(tmp_path
     ]
     finished = tmp_path / "run"
     finished.mkdir()
-    (finished / "summary.json").write_text("{}")
+    RunFolder(finished).write_summary({})
     for extra in ("", " resume=true"):
         lines = refused("check", "-c", f"output-dir='{finished}'{extra}")
         assert len(lines) == 1 and lines[0].startswith(f"output-dir {finished}"), lines
@@ -95,7 +96,7 @@ def test_check_says_every_independent_problem_in_its_own_line(tmp_path):
     assert lines[2:] == ["lambda must be <= 10000.0, got 1000000000.0"]
     finished = tmp_path / "run"
     finished.mkdir()
-    (finished / "summary.json").write_text("{}")
+    RunFolder(finished).write_summary({})
     run_config = f"dataset='{tmp_path / 'none'}' output-dir='{finished}'"
     assert [line.split()[0] for line in refused("check", "-c", run_config)] == [
         "dataset:",

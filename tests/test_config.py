@@ -233,7 +233,7 @@ def test_unreachable_hub_says_how_to_use_a_local_copy(monkeypatch):
 
 
 def test_wrong_image_shape_is_rejected(tmp_path):
-    """A folder of 16x16 images has no backbone: refused before training."""
+    """A folder of 16x16 images has no generator: refused before training."""
     import datasets
     import numpy as np
     from PIL import Image

@@ -25,6 +25,7 @@ from devtools.reference import leaves_device_block, privacy_page
 from pfedgm_app import wire
 from pfedgm_app.methods import METHODS
 from pfedgm_app.paper.flwr_cli import offline_env, run_app
+from pfedgm_app.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 # One short round: the run shows that registered devices train over TLS, not what they learn.
@@ -115,9 +116,9 @@ def test_tls_deployment_admits_registered_supernodes_only(tmp_path, mnist):
         assert "SuperNode ID" in (home / f"supernode-{i}.log").read_text()
     assert "https://127.0.0.1" in (home / "superlink.log").read_text()  # TLS, not plain HTTP
     assert run.ok, run.log[-3000:]
-    assert run.summary["num_clients_evaluated"] == 2, run.summary
-    clients = (tmp_path / "out" / "clients.csv").read_text().splitlines()[1:]
-    assert sorted(row.split(",")[0] for row in clients) == ["0", "1"], clients
+    assert run.summary["num-clients-evaluated"] == 2, run.summary
+    clients = RunFolder(tmp_path / "out").read_clients()
+    assert sorted(row["partition-id"] for row in clients) == [0, 1], clients
     nodes = json.loads(listed.stdout[listed.stdout.index("{") :])["nodes"]
     assert [n["status"] for n in nodes] == ["online", "online"], nodes  # the refused one: absent
 
@@ -131,8 +132,8 @@ FEDPAC_EXTRAS = {"head.weight", "head.bias", wire.PROTOS, wire.CLASS_COUNTS, wir
 
 
 def test_what_leaves_a_device_is_what_docs_privacy_says(every_method_run):
-    """Every method through the real ClientApp (`devtools.inprocess`, MNIST, two clients, two
-    rounds): each reply holds only arrays and numeric metrics; a train reply's arrays are whole
+    """Every method through the real ClientApp (`pfedgm_app.paper.inprocess`, MNIST, two clients,
+    two rounds): each reply holds only arrays and numeric metrics; a train reply's arrays are whole
     model parts (each array of its parameter's shape), the parts the method declares, plus
     FedPAC's declared statistics, none with the client's number of samples as a dimension (no
     images, features or labels). pFedGM sends phi (`generator`), psi (`head.mu`, `head.b`), nu
@@ -165,7 +166,7 @@ def test_what_leaves_a_device_is_what_docs_privacy_says(every_method_run):
         for content in last_round:
             assert set(content["arrays"]) == declared, name
             assert set(content.get("extras", {})) == (FEDPAC_EXTRAS if name == "fedpac" else set())
-        saved = sorted((workdir / name / "models").glob("client-*.safetensors"))
+        saved = sorted(RunFolder(workdir / name).models.glob("client-*.safetensors"))
         assert len(saved) == 2, name
         sent = {_fingerprint(array.numpy()) for _, _, content in replies[name]
                 for record in content.values() if isinstance(record, ArrayRecord)

@@ -5,7 +5,6 @@ from a stored model refuses, and such a run in process: `tests/test_initial_mode
 
 from __future__ import annotations
 
-import csv
 import io
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pfedgm_app import personal_model
 from pfedgm_app.data import Protocol, load_client_data
 from pfedgm_app.methods import parse_run_config
 from pfedgm_app.paper.flwr_cli import run_app
+from pfedgm_app.run_folder import RunFolder
 from pfedgm_app.training import accuracy
 
 pytestmark = pytest.mark.e2e
@@ -42,16 +42,15 @@ def test_every_client_keeps_its_model_which_gives_its_accuracy_and_predicts(
     cfg = {**SHORT, "num-server-rounds": 1, "dataset": str(mnist), "output-dir": str(trained)}
     run = run_app(cfg, 2, flower_env, timeout=600)
     assert run.ok, run.log[-3000:]
-    with open(trained / "clients.csv") as f:
-        reported = {int(float(r["partition-id"])): float(r["accuracy"]) for r in csv.DictReader(f)}
+    reported = {int(r["partition-id"]): r["accuracy"] for r in RunFolder(trained).read_clients()}
     protocol = Protocol.of(parse_run_config(cfg)[0], 2)
     for pid, acc in reported.items():
-        saved = personal_model.load(trained / "models" / f"client-{pid}.safetensors")
+        saved = personal_model.load(RunFolder(trained).models / f"client-{pid}.safetensors")
         data = load_client_data(protocol, pid)
-        assert accuracy(saved.model, data.x_test, data.y_test) == acc  # exactly
+        assert 100 * accuracy(saved.model, data.x_test, data.y_test) == acc  # exactly, in %
         assert (saved.meta["run-id"], saved.meta["server-round"]) == (int(run.run_id), 1)
     images = write_images(mnist, tmp_path / "images", 4)
-    model = trained / "models" / "client-0.safetensors"
+    model = RunFolder(trained).models / "client-0.safetensors"
     command = [sys.executable, "-m", "pfedgm_app.predict", str(model), str(images)]
     predicted = subprocess.run(command, capture_output=True, text=True, check=True)
     lines = [line.split("\t") for line in predicted.stdout.splitlines()]

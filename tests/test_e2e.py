@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -18,6 +17,7 @@ from devtools.launch import stop_local_superlink
 from pfedgm_app import diagnostics
 from pfedgm_app.data import Protocol, client_indices
 from pfedgm_app.paper.flwr_cli import offline_env, run_app
+from pfedgm_app.run_folder import RunFolder
 
 pytestmark = pytest.mark.e2e
 
@@ -32,19 +32,18 @@ def _run(flower_env, tmp_path, dataset, num_supernodes=4, **run_config):
 
 def _check_outputs(run, method, num_clients, rounds):
     assert run.ok, f"run {run.run_id} ended {run.status}:\n{run.log[-3000:]}"
-    out = run.output_dir
+    out = RunFolder(run.output_dir)
     summary = run.summary
-    assert summary["method"] == method
-    assert summary["num_clients"] == num_clients == summary["num_clients_evaluated"]
+    assert summary["method"] == method and summary["format-version"] == 2
+    assert summary["num-clients"] == num_clients == summary["num-clients-evaluated"]
     assert summary["rounds"] == rounds
-    assert 0 <= summary["std_accuracy"] <= 100 and 0 <= summary["mean_accuracy"] <= 100
-    assert json.loads((out / "config.json").read_text())["method"] == method
-    rounds_rows = (out / "rounds.jsonl").read_text().splitlines()
-    assert [json.loads(r)["round"] for r in rounds_rows] == list(range(1, rounds + 1))
-    with open(out / "clients.csv") as f:
-        clients = list(csv.DictReader(f))
-    assert sorted(int(float(c["partition-id"])) for c in clients) == list(range(num_clients))
-    weights = torch.load(out / "global_model.pt")
+    assert 0 <= summary["std-accuracy"] <= 100 and 0 <= summary["mean-accuracy"] <= 100
+    assert out.read_config()["method"] == method
+    assert [r["round"] for r in out.read_rounds()] == list(range(1, rounds + 1))
+    clients = out.read_clients()
+    assert sorted(c["partition-id"] for c in clients) == list(range(num_clients))
+    assert all(0 <= c["accuracy"] <= 100 for c in clients)  # percent
+    weights = torch.load(out.global_model)
     assert "generator.features.0.weight" in weights
     assert "personalized test accuracy" in run.log  # the summary closes the log
     return summary
@@ -59,15 +58,15 @@ def test_learning_pfedgm_beats_fedavg_on_cifar10_dir01(flower_env, tmp_path, cif
         run = _run(flower_env, tmp_path / method, cifar10, 10, method=method, **cfg)
         results[method] = _check_outputs(run, method, 10, 3)
     gm, avg = results["pfedgm"], results["fedavg"]
-    for line in (Path(gm["output_dir"]) / "rounds.jsonl").read_text().splitlines():
-        row = json.loads(line)  # Phase 1's diagnostics, averaged over the round's clients
+    folder = RunFolder(Path(gm["output-dir"]))
+    for row in folder.read_rounds():  # Phase 1's diagnostics, averaged over the round's clients
         assert all(math.isfinite(row[k]) for k in diagnostics.KEYS), row
         assert 0 <= row["grad-share-personalized"] <= 1 and row["loss-shared"] > 0, row
-    assert {"head.mu", "head.b", "head.A"} <= set(torch.load(gm["output_dir"] + "/global_model.pt"))
-    assert gm["mean_accuracy"] > 50, gm
-    assert gm["mean_accuracy"] > avg["mean_accuracy"] + 10, (gm, avg)
+    assert {"head.mu", "head.b", "head.A"} <= set(torch.load(folder.global_model))
+    assert gm["mean-accuracy"] > 50, gm
+    assert gm["mean-accuracy"] > avg["mean-accuracy"] + 10, (gm, avg)
     # The ablation points of the paper's adaptation table are reported alongside.
-    assert {"acc-global", "acc-global-cov", "acc-finetune"} <= set(gm["ablation_mean_accuracy"])
+    assert {"acc-global", "acc-global-cov", "acc-finetune"} <= set(gm["ablation-mean-accuracy"])
 
 
 # pfedgm and fedavg run in the learning test above. Through `flwr run`: the baselines whose path
@@ -86,7 +85,7 @@ def test_baselines_run_end_to_end(flower_env, tmp_path, mnist, method):
     writes its outputs and beats chance."""
     run = _run(flower_env, tmp_path, mnist, 2, method=method, **BASELINE_RUN)
     summary = _check_outputs(run, method, 2, 2)
-    assert summary["mean_accuracy"] > 25  # chance is 10%
+    assert summary["mean-accuracy"] > 25  # chance is 10%
 
 
 def test_emnist_shaped_data_runs_pfedgm(flower_env, tmp_path, mnist):
@@ -95,7 +94,7 @@ def test_emnist_shaped_data_runs_pfedgm(flower_env, tmp_path, mnist):
     cfg = {**SMALL, "messages-in-flight": -1}
     run = _run(flower_env, tmp_path, mnist, method="pfedgm", **cfg)
     summary = _check_outputs(run, "pfedgm", 4, 2)
-    assert summary["mean_accuracy"] > 50
+    assert summary["mean-accuracy"] > 50
     assert f"at most {2 * len(os.sched_getaffinity(0))} messages in flight" in run.log
 
 
@@ -171,7 +170,7 @@ def test_deployment_of_devices_with_their_own_data_survives_a_bad_and_a_killed_o
     out = tmp_path / "out"
 
     def kill_after_round_1():
-        while not (out / "rounds.jsonl").exists():
+        while not RunFolder(out).rounds.exists():
             time.sleep(0.5)
         deployment.kill_supernode(2)
 
@@ -191,19 +190,18 @@ def test_deployment_of_devices_with_their_own_data_survives_a_bad_and_a_killed_o
         deployment.stop()
         stop_local_superlink(home)  # in case a CLI call started a managed one there
     assert run.ok, run.log[-3000:]
-    rows = [json.loads(r) for r in (out / "rounds.jsonl").read_text().splitlines()]
+    rows = RunFolder(out).read_rounds()
     assert [(r["round"], r["num-clients"]) for r in rows] == [(1, 3), (2, 2)]
-    assert run.summary["num_clients_evaluated"] == 2
+    assert run.summary["num-clients-evaluated"] == 2
     killed, bad = sorted(run.summary["failures"], key=lambda f: f.startswith("node"))
     assert killed == "partition 2: not connected"
     assert f"data-path '{tmp_path / 'nothing'}' does not exist" in bad, bad
-    assert run.summary["mean_accuracy"] > 40, run.summary  # chance is 10%
+    assert run.summary["mean-accuracy"] > 40, run.summary  # chance is 10%
     assert len(list((tmp_path / "c" / "clients").glob("*.npz"))) == 3  # decoded once each
-    with open(out / "clients.csv") as f:
-        reported = {int(float(r["partition-id"])): float(r["accuracy"]) for r in csv.DictReader(f)}
-    assert {i: meta["accuracy"] for i, meta in saved.items()} == reported
+    reported = {int(r["partition-id"]): r["accuracy"] for r in RunFolder(out).read_clients()}
+    assert {i: 100 * meta["accuracy"] for i, meta in saved.items()} == reported  # a fraction
     assert joined is not None and joined.ok, joined and joined.log[-3000:]
-    assert joined.summary["rounds"] == 0 and joined.summary["num_clients_evaluated"] == 3
+    assert joined.summary["rounds"] == 0 and joined.summary["num-clients-evaluated"] == 3
     model = kept[2] / "client-2.safetensors"
     assert load(model).meta["initial-model"] == str(out)
     images = write_images(mnist, tmp_path / "images", 3)
@@ -221,7 +219,7 @@ def test_64px_data_runs_pfedgm_end_to_end(flower_env, tmp_path, tinyimagenet):
     cfg = {**SMALL, "fraction-train": 1.0, "pool-size": 2000, "dirichlet-alpha": 0.1}
     run = _run(flower_env, tmp_path, tinyimagenet, 4, method="pfedgm", **cfg)
     _check_outputs(run, "pfedgm", 4, 2)
-    weights = torch.load(run.output_dir / "global_model.pt")
+    weights = torch.load(RunFolder(run.output_dir).global_model)
     assert weights["head.mu"].shape == weights["head.A"].shape == (200, 512)
     assert weights["generator.features.11.weight"].shape == (512, 3136)
 
@@ -234,9 +232,9 @@ def test_cifar100s_preset_runs_pfedgm_with_corrupted_clients(flower_env, tmp_pat
     run = run_app({**cfg, "output-dir": str(tmp_path / "out")}, 4, flower_env, timeout=900)
     summary = _check_outputs(run, "pfedgm", 4, 2)
     assert summary["dataset"] == str(cifar100.resolve())  # shared:cifar100, found from the cwd
-    assert torch.load(run.output_dir / "global_model.pt")["head.mu"].shape == (100, 128)
-    assert summary["accuracy_by_type"].keys() == {"motion_blur"}  # pairs 0 and 1: severities 1, 2
-    assert summary["accuracy_by_type"]["motion_blur"]["clients"] == 4
+    assert torch.load(RunFolder(run.output_dir).global_model)["head.mu"].shape == (100, 128)
+    assert summary["accuracy-by-type"].keys() == {"motion_blur"}  # pairs 0 and 1: severities 1, 2
+    assert summary["accuracy-by-type"]["motion_blur"]["clients"] == 4
 
 
 def test_generalization_protocol_trains_seen_clients_only(flower_env, tmp_path, cifar10):
@@ -247,22 +245,21 @@ def test_generalization_protocol_trains_seen_clients_only(flower_env, tmp_path, 
     cfg = {**SMALL, "protocol": "generalization", "fraction-train": 0.6, "eval-every": 1}
     run = _run(flower_env, tmp_path, cifar10, 4, method="pfedgm", **cfg)
     assert run.ok, run.log[-3000:]
-    out, summary = run.output_dir, run.summary
-    rounds = [json.loads(r) for r in (out / "rounds.jsonl").read_text().splitlines()]
+    out, summary = RunFolder(run.output_dir), run.summary
+    rounds = out.read_rounds()
     protocol = Protocol(str(cifar10), 4, 0.5, pool_size=4000, kind="generalization")
     seen_train_size = len(client_indices(protocol)[0][0])
     assert [(r["num-clients"], r["num-examples-total"]) for r in rounds] == [
         (1, seen_train_size)
     ] * 2
     assert "personalized-accuracy" in rounds[0]  # the headline clients' too
-    assert rounds[1]["personalized-accuracy"] == summary["mean_accuracy"]  # Phase 2's, final
-    with open(out / "clients.csv") as f:
-        clients = {int(float(c["partition-id"])): c for c in csv.DictReader(f)}
+    assert rounds[1]["personalized-accuracy"] == summary["mean-accuracy"]  # Phase 2's, final
+    clients = {int(c["partition-id"]): c for c in out.read_clients()}
     assert sorted(clients) == [0, 1, 2, 3]
-    by_type = summary["accuracy_by_type"]
+    by_type = summary["accuracy-by-type"]
     assert {k: v["clients"] for k, v in by_type.items()} == {"original": 1, "clean": 1,
                                                              "motion_blur": 2}  # fmt: skip
-    new = [float(clients[i]["accuracy"]) * float(clients[i]["num-test"]) for i in (1, 2, 3)]
-    tests = sum(float(clients[i]["num-test"]) for i in (1, 2, 3))
-    assert summary["mean_accuracy"] == pytest.approx(100 * sum(new) / tests)
-    assert (out / "accuracy.png").stat().st_size > 1000
+    new = [clients[i]["accuracy"] * clients[i]["num-test"] for i in (1, 2, 3)]
+    tests = sum(clients[i]["num-test"] for i in (1, 2, 3))
+    assert summary["mean-accuracy"] == pytest.approx(sum(new) / tests)  # both in percent
+    assert out.plot.stat().st_size > 1000

@@ -13,6 +13,7 @@ import pytest
 
 from pfedgm_app.paper import flwr_cli
 from pfedgm_app.paper.flwr_cli import parse_listed, run_app
+from pfedgm_app.run_folder import RunFolder
 
 SUBMITTED = '{"success": true, "run-id": 4217}'
 # `flwr list --run-id 4217 --format json` (Flower 1.42; after its progress line, pretty-printed)
@@ -101,7 +102,7 @@ def test_a_run_the_superlink_no_longer_knows_ends_unknown_with_one_line(
     """Every way of not knowing the run, one after the other: `unknown` after three answers in
     a row, with where its files are and, unless it finished, how to resume it."""
     if finished:
-        (tmp_path / "summary.json").write_text('{"mean_accuracy": 0.5}')
+        RunFolder(tmp_path).write_summary({"mean-accuracy": 50.0})
     fake = recorded(list(UNKNOWN.values()))
     run = run_app({"output-dir": str(tmp_path)}, 2, {})
     assert (run.run_id, run.status, run.ok) == ("4217", "unknown", False)
@@ -109,7 +110,7 @@ def test_a_run_the_superlink_no_longer_knows_ends_unknown_with_one_line(
     assert "\n" not in run.details and str(tmp_path) in run.details
     assert "unknown to this SuperLink" in run.details
     assert ("resume=true" in run.details) is not finished
-    assert run.summary == ({"mean_accuracy": 0.5} if finished else {})
+    assert run.summary == ({"mean-accuracy": 50.0, "format-version": 2} if finished else {})
 
 
 def test_a_listing_that_fails_once_while_the_superlink_restarts_is_asked_again(recorded, tmp_path):

@@ -269,7 +269,7 @@ def test_weighted_resampling_monte_carlo():
 # 6 -------------------------------------------------------------------------------------------
 
 
-def _phase2_head(lam: float, seed: int) -> PersonalizedHead:
+def _phase2_head(lambda_: float, seed: int) -> PersonalizedHead:
     g = _gen(seed)
     k, d = 4, 6
     head = PersonalizedHead(
@@ -277,7 +277,7 @@ def _phase2_head(lam: float, seed: int) -> PersonalizedHead:
         _randn(k, g=g),
         torch.rand(k, d, generator=g, dtype=F64) + 0.2,
         _randn(k, d, g=g),
-        lam,
+        lambda_,
     ).double()
     with torch.no_grad():
         head.a_g.copy_(torch.rand(d, generator=g, dtype=F64) + 0.2)
@@ -287,30 +287,30 @@ def _phase2_head(lam: float, seed: int) -> PersonalizedHead:
     return head
 
 
-@pytest.mark.parametrize("lam", [1.0, 2.0])
-def test_personalized_head_forward_matches_eq_lossc(lam):
+@pytest.mark.parametrize("lambda_", [1.0, 2.0])
+def test_personalized_head_forward_matches_eq_lossc(lambda_):
     """Eq. (LossC): logits_i = xi_i + zeta_i + beta_i written out term by term."""
-    head = _phase2_head(lam, seed=8)
+    head = _phase2_head(lambda_, seed=8)
     d = head.mu.shape[1]
     z = _randn(9, d, g=_gen(80))
     with torch.no_grad():
         m = head.mu_star + head.mu
         xi = -0.5 * ((z[:, None] - m[None]) ** 2 * (head.a_g * head.A_star)[None]).sum(-1)
-        zeta = -(lam / d) * ((z[:, None] - head.upsilon[None]) ** 2 * head.a_c).sum(-1)
+        zeta = -(lambda_ / d) * ((z[:, None] - head.upsilon[None]) ** 2 * head.a_c).sum(-1)
         beta = head.b_star + head.b
         got = head(z)
     _assert_close(got, xi + zeta + beta, 1e-10)
 
 
-@pytest.mark.parametrize("lam", [1.0, 2.0])
-def test_personalized_head_gaussian_form(lam):
+@pytest.mark.parametrize("lambda_", [1.0, 2.0])
+def test_personalized_head_gaussian_form(lambda_):
     """Eq. (ctest) updated covariance/mean/bias: S_hat, mu_hat, b_hat reproduce the logits."""
-    head = _phase2_head(lam, seed=9)
+    head = _phase2_head(lambda_, seed=9)
     d = head.mu.shape[1]
     s_hat, mu_hat, b_hat = head.gaussian_form()
     with torch.no_grad():
         p_g = head.a_g * head.A_star
-        p_c = 2 * lam / d * head.a_c
+        p_c = 2 * lambda_ / d * head.a_c
         exp_s = 1 / (p_g + p_c)
         exp_mu = exp_s * (p_g * (head.mu_star + head.mu) + p_c * head.upsilon)
         z = 3 * _randn(11, d, g=_gen(90))
@@ -440,7 +440,7 @@ def test_phase2_fine_tune_and_refine_biases_decrease_loss():
     z = centers[y] + torch.randn(k * per, d, generator=g)
     ups, _ = class_means(z, y, k, torch.zeros(k, d))
     mu_star = centers + 1.5 * torch.randn(k, d, generator=g)
-    head = PersonalizedHead(mu_star, torch.zeros(k), torch.ones(k, d), ups, lam=1.0)
+    head = PersonalizedHead(mu_star, torch.zeros(k), torch.ones(k, d), ups, lambda_=1.0)
 
     def loss() -> float:
         with torch.no_grad():

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from devtools.inprocess import run_inprocess
 from pfedgm_app.config import RunConfig
 from pfedgm_app.data import ClientData
 from pfedgm_app.gaussian import (
@@ -20,6 +19,7 @@ from pfedgm_app.gaussian import (
     update_prototypes_,
 )
 from pfedgm_app.methods import METHODS, ClientState, ClientTask, get_method
+from pfedgm_app.paper.inprocess import run_inprocess
 
 pytestmark = [
     pytest.mark.gpu,
@@ -126,13 +126,13 @@ def test_every_method_trains_and_personalizes_on_cuda(name):
 
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_every_method_runs_through_the_apps_on_cuda(name, cifar10, tmp_path):
-    """The ServerApp and ClientApps (`devtools.inprocess`: no Ray on a GPU machine) on CUDA: the
-    client data and state on the GPU, the server's extras sent back to it, every client
+    """The ServerApp and ClientApps (`pfedgm_app.paper.inprocess`: no Ray on a GPU machine) on
+    CUDA: the client data and state on the GPU, the server's extras sent back to it, every client
     personalized."""
     summary, grid = run_inprocess({
         "method": name, "dataset": str(cifar10), "device": "cuda", "num-server-rounds": 2,
         "fraction-train": 1.0, "local-epochs": 1, "pool-size": 2000, "output-dir": str(tmp_path),
         **FAST,
     }, 4)  # fmt: skip
-    assert summary["num_clients_evaluated"] == 4 and len(grid.rounds) == 2
-    assert 0 <= summary["mean_accuracy"] <= 100
+    assert summary["num-clients-evaluated"] == 4 and len(grid.rounds) == 2
+    assert 0 <= summary["mean-accuracy"] <= 100

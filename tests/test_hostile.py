@@ -7,8 +7,6 @@ partitions 0 and 1 then tamper with (as an outdated or malicious client would).
 
 from __future__ import annotations
 
-import csv
-import json
 import re
 import tomllib
 from pathlib import Path
@@ -16,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pfedgm_app.paper.flwr_cli import run_app
+from pfedgm_app.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.e2e
@@ -79,6 +78,7 @@ def hostile_app(folder: Path) -> Path:
     text = text.replace('name = "pfedgm-app"', 'name = "pfedgm-hostile"')
     text = text.replace('clientapp = "pfedgm_app.client_app:app"', 'clientapp = "hostile:app"')
     text = text.replace('fab-include = ["pfedgm_app/**/*.py"]', 'fab-include = ["hostile.py"]')
+    text = text.replace('fab-exclude = ["pfedgm_app/paper/**"]\n', "")  # no package here
     assert tomllib.loads(text)["tool"]["flwr"]["app"]["components"]["clientapp"] == "hostile:app"
     folder.mkdir()
     (folder / "pyproject.toml").write_text(text)
@@ -94,23 +94,22 @@ def test_hostile_clients_neither_end_the_run_nor_enter_its_numbers(flower_env, t
     hostile = run_app({**cfg, "output-dir": str(tmp_path / "hostile")}, 5, flower_env,
                       app_dir=hostile_app(tmp_path / "app"))  # fmt: skip
     assert hostile.ok, hostile.log[-3000:]
-    with open(hostile.output_dir / "clients.csv") as f:
-        rows = {int(float(r["partition-id"])): r for r in csv.DictReader(f)}
+    rows = {int(r["partition-id"]): r for r in RunFolder(hostile.output_dir).read_clients()}
     assert sorted(rows) == [1, 2, 3, 4]  # partition 0's accuracy of 1.5 is not a client's row
     node0 = re.search(r"node (\d+): 'accuracy' must be a finite number", hostile.log)
     assert node0, "the personalize round names the hostile node"
     assert f"Dropping update of node {node0.group(1)}: 'num-examples'" in hostile.log
     summary = hostile.summary
-    assert summary["num_clients_evaluated"] == 4
+    assert summary["num-clients-evaluated"] == 4
     assert any(node0.group(1) in f for f in summary["failures"])
-    dropped = summary["dropped_replies"]
+    dropped = summary["dropped-replies"]
     assert sum("declares float32" in d and "holds float64" in d for d in dropped) == 2, dropped
     assert sum("'num-examples'" in d for d in dropped) == 2  # partition 0, both rounds
-    lines = [json.loads(r) for r in (hostile.output_dir / "rounds.jsonl").read_text().splitlines()]
+    lines = RunFolder(hostile.output_dir).read_rounds()
     assert [r["round"] for r in lines] == [1, 2]
     assert "personalized-accuracy" not in lines[0]  # no client writes the server's keys
     assert all(r["updates-clipped"] == 1 for r in lines)  # partition 3's scaled copy
     honest = run_app({**cfg, "output-dir": str(tmp_path / "honest")}, 5, flower_env)
     assert honest.ok, honest.log[-3000:]
-    assert abs(summary["mean_accuracy"] - honest.summary["mean_accuracy"]) < 15, (
-        summary["mean_accuracy"], honest.summary["mean_accuracy"])  # fmt: skip
+    assert abs(summary["mean-accuracy"] - honest.summary["mean-accuracy"]) < 15, (
+        summary["mean-accuracy"], honest.summary["mean-accuracy"])  # fmt: skip

@@ -5,16 +5,15 @@ is the personalize round alone."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
-from devtools.inprocess import run_inprocess
 from pfedgm_app import initial_model
 from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.experiment import initial_arrays
 from pfedgm_app.methods import get_method, parse_run_config
+from pfedgm_app.paper.inprocess import run_inprocess
+from pfedgm_app.run_folder import RunFolder
 
 MNIST, CIFAR = (1, 28, 28), (3, 32, 32)
 
@@ -23,9 +22,10 @@ def _stored_run(folder, method="pfedgm", shape=MNIST, classes=10, **keys):
     """A finished run's global_model.pt and config.json, as `results.RunWriter` writes them."""
     cfg = RunConfig(method=method, dataset="ylecun/mnist", **keys)
     folder.mkdir(parents=True)
+    stored = RunFolder(folder)
     torch.save(dict(_arrays(cfg, shape, classes, seed=1).to_torch_state_dict()),
-               folder / "global_model.pt")  # fmt: skip
-    (folder / "config.json").write_text(json.dumps({**cfg.to_run_config(), "num-clients": 2}))
+               stored.global_model)  # fmt: skip
+    stored.write_config({**cfg.to_run_config(), "num-clients": 2})
     return folder
 
 
@@ -42,11 +42,11 @@ def _cfg(**keys) -> RunConfig:
 
 def test_the_stored_model_replaces_the_random_one_array_by_array(tmp_path):
     stored = _stored_run(tmp_path / "run")
-    for given in (stored, stored / "global_model.pt"):  # the folder or the file
+    for given in (stored, RunFolder(stored).global_model):  # the folder or the file
         cfg = _cfg(initial_model=str(given), dataset="ylecun/mnist")
         initial = initial_model.read(cfg)
         arrays = initial_model.fit(initial, _arrays(cfg, MNIST, 10))
-        saved = torch.load(stored / "global_model.pt")
+        saved = torch.load(RunFolder(stored).global_model)
         assert list(arrays) == list(saved)
         assert all(torch.equal(torch.from_numpy(arrays[k].numpy()), v) for k, v in saved.items())
 
@@ -55,14 +55,14 @@ def test_the_stored_model_replaces_the_random_one_array_by_array(tmp_path):
     ("make", "keys", "message"),
     [
         (lambda d: d, {}, "no file"),
-        (lambda d: (_stored_run(d), (d / "config.json").unlink(), d)[-1], {},
+        (lambda d: (_stored_run(d), RunFolder(d).config.unlink(), d)[-1], {},
          "no readable config.json beside global_model.pt"),
         (lambda d: _stored_run(d), {"method": "fedavg"},
          "is a pfedgm model and this run's method is fedavg: set method='pfedgm'"),
         (lambda d: _stored_run(d), {"classes": "a,b,c,d,e,f,g,h,i,j"},
          "was trained on the classes of ylecun/mnist (0, 1, 2, 3, 4, ... (10)), this run's are "
          "a, b, c, d, e, ... (10)"),
-        (lambda d: (_stored_run(d), (d / "global_model.pt").write_text("x"), d)[-1], {},
+        (lambda d: (_stored_run(d), RunFolder(d).global_model.write_text("x"), d)[-1], {},
          "is not a readable model"),
     ],
 )  # fmt: skip
@@ -103,7 +103,7 @@ TINY = {"local-epochs": 1, "personal-epochs": 1, "lbfgs-cycles": 1, "pool-size":
 
 
 def _recording(kinds):
-    from devtools.inprocess import app_component
+    from pfedgm_app.paper.inprocess import app_component
 
     client_app = app_component("clientapp")
 
@@ -126,12 +126,12 @@ def test_a_run_with_no_rounds_only_personalizes_and_a_misfit_sends_nothing(tmp_p
            "output-dir": str(tmp_path / "joined")}  # fmt: skip
     summary, _ = run_inprocess(cfg, 2, client_app=_recording(kinds))
     assert kinds == ["query"] * 2 + ["train.personalize"] * 2
-    assert summary["rounds"] == 0 and summary["num_clients_evaluated"] == 2
-    rows = [json.loads(r) for r in (tmp_path / "joined" / "rounds.jsonl").read_text().splitlines()]
+    assert summary["rounds"] == 0 and summary["num-clients-evaluated"] == 2
+    rows = RunFolder(tmp_path / "joined").read_rounds()
     assert [r["round"] for r in rows] == [0] and "loss" not in rows[0]
     from pfedgm_app.personal_model import load
 
-    meta = load(tmp_path / "joined" / "models" / "client-1.safetensors").meta
+    meta = load(RunFolder(tmp_path / "joined").models / "client-1.safetensors").meta
     assert (meta["server-round"], meta["initial-model"]) == (0, str(trained))
     kinds.clear()
     classes = ",".join(f"c{i}" for i in range(100))

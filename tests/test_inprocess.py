@@ -1,12 +1,10 @@
-"""The ServerApp and ClientApp in one process (`devtools.inprocess`, the driver of the GPU checks
-and of long measurement runs): it dispatches through the ClientApp object as Flower's engine
-does (every registered handler is reached, a handler that raises is an error reply), and every
-method gives the same per-client results and global model as through `flwr run`."""
+"""The ServerApp and ClientApp in one process (`pfedgm_app.paper.inprocess`, the driver of the
+GPU checks and of long measurement runs): it dispatches through the ClientApp object as Flower's
+engine does (every registered handler is reached, a handler that raises is an error reply), and
+every method gives the same per-client results and global model as through `flwr run`."""
 
 from __future__ import annotations
 
-import csv
-import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,11 +14,12 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
-from devtools.inprocess import InProcessGrid, run_inprocess
 from pfedgm_app import client_app as pfedgm_client
 from pfedgm_app import wire
 from pfedgm_app.methods import METHODS, run_config_keys
 from pfedgm_app.paper.flwr_cli import run_app
+from pfedgm_app.paper.inprocess import InProcessGrid, run_inprocess
+from pfedgm_app.run_folder import RunFolder
 from tests.test_e2e import BASELINE_RUN, ENGINE_BASELINES
 
 TINY = {"num-server-rounds": 2, "local-epochs": 1, "pool-size": 2000, "fraction-train": 0.5,
@@ -34,12 +33,12 @@ SMALLEST = {**TINY, "pool-size": 1000, "finetune-epochs": 1, "fedrep-refit-epoch
 
 def _clients(output_dir) -> list[dict]:
     """clients.csv without the node ids (they differ from engine to engine)."""
-    with open(Path(output_dir) / "clients.csv") as f:
-        return [{k: v for k, v in row.items() if k != "node-id"} for row in csv.DictReader(f)]
+    rows = RunFolder(Path(output_dir)).read_clients()
+    return [{k: v for k, v in row.items() if k != "node-id"} for row in rows]
 
 
 def _same_weights(a: Path, b: Path) -> bool:
-    x, y = torch.load(a / "global_model.pt"), torch.load(b / "global_model.pt")
+    x, y = torch.load(RunFolder(a).global_model), torch.load(RunFolder(b).global_model)
     return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
@@ -68,7 +67,7 @@ def test_every_method_gives_flwr_runs_results_in_process(flower_env, tmp_path, m
         summary, grid = run_inprocess({**cfg, **window, "output-dir": str(tmp_path / "in")}, 4)
         run = submitted.result()
     assert run.ok, run.log[-3000:]
-    out = Path(summary["output_dir"])
+    out = Path(summary["output-dir"])
     assert len(_clients(out)) == 4 and len(grid.rounds) == 2
     assert _clients(out) == _clients(run.output_dir)
     assert _same_weights(out, run.output_dir)
@@ -149,11 +148,11 @@ def test_a_client_app_that_raises_gives_the_server_app_error_replies(tmp_path, m
     cfg = {**SMALLEST, "method": "fedavg", "dataset": str(mnist), "fraction-train": 1.0,
            "output-dir": str(tmp_path)}  # fmt: skip
     summary, grid = run_inprocess(cfg, 2, client_app=app)
-    rows = [json.loads(r) for r in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    rows = RunFolder(tmp_path).read_rounds()
     assert [r["num-clients"] for r in rows] == [1, 1]
-    assert summary["num_clients_evaluated"] == 1 and len(summary["failures"]) == 1
+    assert summary["num-clients-evaluated"] == 1 and len(summary["failures"]) == 1
     assert "no test data on partition 1" in summary["failures"][0]
-    assert [int(float(row["partition-id"])) for row in _clients(tmp_path)] == [0]
+    assert [row["partition-id"] for row in _clients(tmp_path)] == [0]
 
 
 @pytest.mark.slow  # runs, processes
@@ -166,7 +165,7 @@ def test_worker_processes_change_no_result(tmp_path, cifar10, method):
     cfg = {**TINY, "method": method, "dataset": str(cifar10), "num-server-rounds": 3}
     one, _ = run_inprocess({**cfg, "output-dir": str(tmp_path / "one")}, 4)
     two, grid = run_inprocess({**cfg, "output-dir": str(tmp_path / "two")}, 4, workers=2)
-    assert _clients(one["output_dir"]) == _clients(two["output_dir"])
+    assert _clients(one["output-dir"]) == _clients(two["output-dir"])
     assert grid.pool is None and len(grid.rounds) == 3
 
 
@@ -178,12 +177,12 @@ def test_evaluating_during_training_changes_nothing_else(tmp_path, cifar10):
     cfg = {**TINY, "method": "ditto", "dataset": str(cifar10)}
     plain, _ = run_inprocess({**cfg, "output-dir": str(tmp_path / "plain")}, 4)
     evaluated, grid = run_inprocess({**cfg, "eval-every": 1, "output-dir": str(tmp_path / "ev")}, 4)
-    assert _clients(plain["output_dir"]) == _clients(evaluated["output_dir"])
-    rows = [json.loads(r) for r in open(Path(evaluated["output_dir"]) / "rounds.jsonl")]
+    assert _clients(plain["output-dir"]) == _clients(evaluated["output-dir"])
+    rows = RunFolder(Path(evaluated["output-dir"])).read_rounds()
     assert 0 <= rows[0]["personalized-accuracy"] <= 100
-    assert rows[1]["personalized-accuracy"] == evaluated["mean_accuracy"]
+    assert rows[1]["personalized-accuracy"] == evaluated["mean-accuracy"]
     for run in (plain, evaluated):
-        assert (Path(run["output_dir"]) / "accuracy.png").exists()
+        assert RunFolder(Path(run["output-dir"])).plot.exists()
     assert grid.client_seconds["train.personalize"] > 0
 
 
@@ -196,5 +195,5 @@ def test_other_baselines_run_through_the_apps(tmp_path, mnist, method):
     test_e2e's engine runs): outputs written, every client evaluated, above chance."""
     cfg = {**BASELINE_RUN, "method": method, "dataset": str(mnist), "client-threads": 1}
     summary, _ = run_inprocess({**cfg, "output-dir": str(tmp_path)}, 2)
-    assert summary["num_clients_evaluated"] == 2 and summary["rounds"] == 2
-    assert summary["mean_accuracy"] > 25  # chance is 10%
+    assert summary["num-clients-evaluated"] == 2 and summary["rounds"] == 2
+    assert summary["mean-accuracy"] > 25  # chance is 10%

@@ -1,19 +1,25 @@
-"""The launcher's process handling, on a stand-in process tree (no Flower needed)."""
+"""The launcher's process handling: a managed SuperLink's tree stopped (a stand-in tree), and
+`run_app` following a run to its end against a stand-in `flwr` on PATH that plays the SuperLink:
+it starts a run that writes its files, streams the log until the run finishes (or drops it, or
+never ends it) and answers `flwr list` with the run's status. No Flower needed."""
 
 from __future__ import annotations
 
-import itertools
 import json
+import os
+import signal
+import stat
 import subprocess
-import threading
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from devtools.launch import stop_local_superlink
 from devtools.processes import superlink_tree
-from pfedgm_app.paper import flwr_cli as launch
-from pfedgm_app.paper.flwr_cli import run_config_arg
+from pfedgm_app.paper.flwr_cli import run_app, run_config_arg
+from pfedgm_app.run_folder import RunFolder
 
 
 @pytest.mark.slow  # real processes and waits
@@ -44,89 +50,147 @@ def test_run_config_arg_quotes_strings():
     )
 
 
-class FakeFlwr:
-    """Stands in for the `flwr` CLI: `list` answers `status()`, every call is recorded."""
+# The stand-in `flwr`. Its plan (plan.json): `stream` "follows" (the log stream ends when the run
+# does, as the SuperLink's), "drops" (ends at once) or "hangs"; `rows` rounds the run writes, one
+# every 50 ms (none: no run, forever "running"), after `flwr list` was first asked when `start`
+# is "after-first-list"; then its summary and status `finished:completed`. Each call is a line of
+# `calls`; `flwr list` records the status it answers, the rows written and whether the summary is.
+FAKE_FLWR = """
+import json, os, subprocess, sys, time
+from pathlib import Path
 
-    def __init__(self, status):
-        self.status, self.calls = status, []
+STATE = Path(os.environ["FAKE_FLWR_STATE"])
+PLAN = json.loads((STATE / "plan.json").read_text())
 
-    def __call__(self, args, env, check=True):
-        self.calls.append((time.time(), args[0]))
-        runs = [{"status": self.status()}]
-        return subprocess.CompletedProcess(args, 0, stdout=json.dumps({"runs": runs}))
+
+def record(event):
+    with open(STATE / "calls", "a") as f:
+        f.write(event + "\\n")
+
+
+def status():
+    done = STATE / "status"
+    return done.read_text() if done.exists() else "running"
+
+
+def run():
+    (STATE / "play.pid").write_text(str(os.getpid()))
+    waited = time.time() + 60  # a stand-in left behind by a failed test ends on its own
+    while PLAN["start"] == "after-first-list" and not (STATE / "listed").exists():
+        if time.time() > waited:
+            return
+        time.sleep(0.01)
+    rounds = Path(PLAN["rounds"])
+    rounds.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(PLAN["rows"]):
+        with rounds.open("a") as f:
+            f.write("{}\\n")
+        time.sleep(0.05)
+    Path(PLAN["summary"]).write_text(PLAN["summary-text"])
+    (STATE / "status").write_text("finished:completed")
+
+
+command = sys.argv[1]
+if command == "run":
+    record("run")
+    if PLAN["rows"] is not None:
+        # detached from `flwr run`'s pipes, which its caller reads to their end
+        subprocess.Popen([sys.executable, __file__, "play"], start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    print(json.dumps({"success": True, "run-id": 7}))
+elif command == "play":
+    run()
+elif command == "log" and "--show" in sys.argv:
+    record("log --show")
+    print("the run's log")
+elif command == "log":
+    (STATE / "stream.pid").write_text(str(os.getpid()))
+    record("stream")
+    while PLAN["stream"] == "hangs" or (
+        PLAN["stream"] == "follows" and not status().startswith("finished")
+    ):
+        time.sleep(0.05)
+    record("stream ended")
+elif command == "list":
+    rounds, summary = Path(PLAN["rounds"]), Path(PLAN["summary"])
+    rows = len(rounds.read_text().splitlines()) if rounds.exists() else 0
+    now = status()
+    record(json.dumps({"list": now, "rows": rows, "summary": summary.exists()}))
+    (STATE / "listed").touch()
+    runs = [{"run-id": "7", "status": now, "status-details": ""}]
+    print(json.dumps({"success": True, "runs": runs}))
+else:
+    record(command)
+"""
+
+
+@pytest.fixture
+def fake_flwr(tmp_path, monkeypatch):
+    """Puts the stand-in `flwr` first on PATH; returns `play(plan, timeout)`, which runs
+    `run_app` against it and returns the run and the calls it saw, in order."""
+    bin_dir, state = tmp_path / "bin", tmp_path / "flwr-state"
+    bin_dir.mkdir()
+    state.mkdir()
+    flwr = bin_dir / "flwr"
+    flwr.write_text(f"#!{sys.executable}\n{FAKE_FLWR}")
+    flwr.chmod(flwr.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    out = RunFolder(tmp_path / "run")
+
+    def play(timeout: float = 60, **plan):
+        plan = {"stream": "follows", "rows": 5, "start": "at-once", **plan}
+        plan |= {"rounds": str(out.rounds), "summary": str(out.summary)}
+        plan["summary-text"] = json.dumps({"method": "fedavg", "mean-accuracy": 50.0})
+        (state / "plan.json").write_text(json.dumps(plan))
+        env = {**os.environ, "FAKE_FLWR_STATE": str(state)}
+        run = run_app({"output-dir": str(out.path)}, 2, env, timeout=timeout)
+        calls = (state / "calls").read_text().splitlines()
+        return run, [json.loads(c) if c.startswith("{") else c for c in calls], state
+
+    yield play
+    if (pid := state / "play.pid").exists():  # a run a failed test left going
+        try:
+            os.kill(int(pid.read_text()), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _lists(calls: list) -> list[dict]:
+    return [c for c in calls if isinstance(c, dict)]
 
 
 @pytest.mark.slow  # real processes and waits
-def test_wait_asks_flwr_list_once_when_the_log_stream_ends(tmp_path, monkeypatch):
-    """The SuperLink ends a run's log stream when the run is finished: the wait asks `flwr list`
-    then, once, and not before."""
-    started = time.time()
-    fake = FakeFlwr(lambda: "finished:failed" if time.time() > started + 1.5 else "running")
-    monkeypatch.setattr(launch, "flwr", fake)
-    monkeypatch.setattr(launch, "_follow", lambda *_: subprocess.Popen(["sleep", "1.5"]))
-    assert launch._wait("1", {}, started + 60, [], tmp_path) == "finished:failed"
-    asked = [t - started for t, cmd in fake.calls]
-    assert len(asked) == 1 and 1.5 <= asked[0] < 3, asked
+def test_a_run_is_followed_by_its_log_stream_and_asked_about_once_at_its_end(fake_flwr, tmp_path):
+    """`flwr list` is a process that takes CPU from the run: while the log stream runs, nothing
+    asks it; when the SuperLink ends the stream, one `flwr list` gives the finished status."""
+    run, calls, _ = fake_flwr()
+    assert run.ok and run.status == "finished:completed" and run.details == ""
+    assert run.summary and run.summary == RunFolder(tmp_path / "run").read_summary()
+    assert [c if isinstance(c, str) else "list" for c in calls] == [
+        "run", "stream", "stream ended", "list", "log --show"
+    ]  # fmt: skip
+    assert "the run's log" in run.log
 
 
 @pytest.mark.slow  # real processes and waits
-def test_wait_polls_when_the_stream_ends_before_the_run(tmp_path, monkeypatch):
-    """A stream that drops (here: at once) leaves the wait to `flwr list`, which finds the run
-    still going and asks again until it is finished."""
-    started = time.time()
-    fake = FakeFlwr(lambda: "finished:completed" if time.time() > started + 1.2 else "running")
-    monkeypatch.setattr(launch, "flwr", fake)
-    monkeypatch.setattr(launch, "_follow", lambda *_: subprocess.Popen(["true"]))
-    assert launch._wait("1", {}, started + 60, [], tmp_path) == "finished:completed"
-    assert len([cmd for _, cmd in fake.calls if cmd == "list"]) >= 2
+def test_a_stream_that_drops_leaves_the_wait_to_flwr_list_which_spares_a_writing_run(fake_flwr):
+    """The stream ends before the run (a dropped connection): `flwr list` is asked at once, finds
+    the run going, and is not asked again while the run keeps writing its rounds, only once
+    its summary is there."""
+    run, calls, _ = fake_flwr(stream="drops", rows=30, start="after-first-list")
+    assert run.ok and run.summary
+    first, *later = _lists(calls)
+    assert first == {"list": "running", "rows": 0, "summary": False}
+    assert later and all(c["summary"] for c in later), later
+    assert later[-1]["list"] == "finished:completed"
 
 
 @pytest.mark.slow  # real processes and waits
-def test_wait_stops_a_run_still_going_at_the_deadline_and_its_stream(tmp_path, monkeypatch):
-    fake = FakeFlwr(lambda: "running")
-    monkeypatch.setattr(launch, "flwr", fake)
-    stream = subprocess.Popen(["sleep", "300"])
-    monkeypatch.setattr(launch, "_follow", lambda *_: stream)
-    started = time.time()
-    assert launch._wait("1", {}, started + 1.5, [], tmp_path) == "timeout (running)"
-    assert [cmd for _, cmd in fake.calls] == ["list", "stop"]
-    assert stream.poll() is not None  # killed, not left behind
-
-
-@pytest.mark.slow  # real processes and waits
-def test_poll_asks_flwr_list_only_when_the_run_stops_writing(tmp_path, monkeypatch):
-    """A run that writes a row every 0.3 s for 4 s is not asked about meanwhile (each `flwr
-    list` is a process that takes CPU from the run measured); its summary ends the wait."""
-    done = threading.Event()
-    fake = FakeFlwr(lambda: "finished:completed" if done.is_set() else "running")
-    monkeypatch.setattr(launch, "flwr", fake)
-
-    def run():
-        for i in range(13):
-            (tmp_path / "rounds.jsonl").write_text("{}\n" * (i + 1))
-            time.sleep(0.3)
-        (tmp_path / "summary.json").write_text("{}")
-        done.set()
-
-    writer = threading.Thread(target=run)
-    started = time.time()
-    writer.start()
-    status = launch._poll("1", {}, started + 60, [], tmp_path)
-    writer.join()
-    assert status == "finished:completed"
-    asked = [t - started for t, cmd in fake.calls if cmd == "list"]
-    assert len(asked) <= 3 and all(t < 0.5 or t > 3.9 for t in asked), asked
-
-
-@pytest.mark.slow  # real processes and waits
-def test_poll_asks_a_silent_run_at_growing_intervals_and_stops_it_at_the_deadline(
-    tmp_path, monkeypatch
-):
-    fake = FakeFlwr(lambda: "running")
-    monkeypatch.setattr(launch, "flwr", fake)
-    started = time.time()
-    assert launch._poll("1", {}, started + 5, [], tmp_path) == "timeout (running)"
-    asked = [t - started for t, cmd in fake.calls if cmd == "list"]
-    gaps = [b - a for a, b in itertools.pairwise(asked)]
-    assert 3 <= len(asked) <= 6 and 0.9 < gaps[0] < gaps[1], asked  # 0, 1, 2.5, then ~5
-    assert fake.calls[-1][1] == "stop"
+def test_a_run_still_going_at_the_deadline_is_stopped_and_its_stream_ended(fake_flwr):
+    run, calls, state = fake_flwr(stream="hangs", rows=None, timeout=1)
+    assert run.status == "timeout (running)" and not run.ok and run.summary == {}
+    names = [c if isinstance(c, str) else "list" for c in calls]
+    assert names[:4] == ["run", "stream", "list", "stop"] and "stream ended" not in names
+    stream = int((state / "stream.pid").read_text())
+    assert not Path(f"/proc/{stream}").exists()  # killed and reaped, not left behind

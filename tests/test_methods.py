@@ -75,9 +75,9 @@ def test_pfedgm_round_trains_every_part_and_keeps_covariance_positive():
 def test_lambda_zero_removes_the_personalized_objective():
     """R_c enters with weight lambda: lambda = 0 and lambda = 1 give different generators."""
     results = []
-    for lam in (0.0, 1.0):
+    for lambda_ in (0.0, 1.0):
         model = _model("pfedgm")
-        plugin("pfedgm", **{"lambda": lam}).train(model, _task())
+        plugin("pfedgm", **{"lambda": lambda_}).train(model, _task())
         results.append(model.state_dict()["generator.features.0.weight"])
     assert not torch.allclose(results[0], results[1])
 
@@ -100,7 +100,7 @@ def test_pfedgm_adaptation_none_reports_and_keeps_the_global_head_with_covarianc
     method.train(model, task)
     out = method.personalize(model, task)
     assert out.metrics["accuracy"] == out.metrics["acc-global-cov"]
-    assert out.model.generator is model.generator and out.model.head.lam == 0.0
+    assert out.model.generator is model.generator and out.model.head.lambda_ == 0.0
     z = model.generator(task.data.x_test).detach()
     torch.testing.assert_close(out.model.head(z), model.head.covariance_logits(z))
 
@@ -114,7 +114,7 @@ def test_fedavgft_fine_tunes_before_evaluating():
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
-def test_backbones_match_the_fedpac_pfedfda_cnns():
+def test_generators_match_the_fedpac_pfedfda_cnns():
     """CIFAR: 3 conv + fc 576->128; EMNIST: 2 conv + fc 800->128; LeakyReLU; z is 128-d."""
     from pfedgm_app.models import CifarCNN, EmnistCNN
 
@@ -144,7 +144,7 @@ def test_fedper_keeps_its_head_and_sends_the_body():
     method, task, model, _, reply = _train_round("fedper")
     sent, heads = set(reply.arrays), {"head.weight", "head.bias"}
     assert sent == set(model.state_dict()) - heads
-    fresh = _model("fedper")  # next round: a new global body arrives, the head is the client's
+    fresh = _model("fedper")  # next round: a new global generator arrives, the head is the client's
     fresh.generator.features[0].weight.data.zero_()
     method.restore(fresh, task)
     assert torch.equal(fresh.head.weight, model.head.weight)
@@ -180,16 +180,16 @@ def test_lgfedavg_warms_up_as_fedavg_for_its_fraction_of_the_rounds():
 def test_fedbabu_never_changes_the_head_during_training_and_fine_tunes_the_whole_model():
     _, task, model, before, _ = _train_round("fedbabu")
     assert torch.equal(model.head.weight, before["head.weight"])
-    body = model.generator.features[0].weight.clone()
-    assert not torch.equal(body, before["generator.features.0.weight"])
-    result = plugin("fedbabu").personalize(model, task).metrics  # the authors': body and head
+    conv = model.generator.features[0].weight.clone()
+    assert not torch.equal(conv, before["generator.features.0.weight"])
+    result = plugin("fedbabu").personalize(model, task).metrics  # the authors': generator and head
     assert {"accuracy", "acc-global"} <= set(result)
     assert not torch.equal(model.head.weight, before["head.weight"])
-    assert not torch.equal(model.generator.features[0].weight, body)
+    assert not torch.equal(model.generator.features[0].weight, conv)
     head_only = plugin("fedbabu", **{"finetune-part": "head"})
-    body = model.generator.features[0].weight.clone()
+    conv = model.generator.features[0].weight.clone()
     head_only.personalize(model, task)
-    assert torch.equal(model.generator.features[0].weight, body)
+    assert torch.equal(model.generator.features[0].weight, conv)
 
 
 def _personal_distance(mu):
@@ -234,17 +234,18 @@ def _spy_epochs(monkeypatch) -> list:
     return calls
 
 
-def test_fedrep_trains_head_then_body_keeps_the_head_and_refits_it_at_the_end(monkeypatch):
-    """Per round `fedrep-head-epochs` head epochs (body fixed), then `local-epochs` body epochs
-    (head fixed); the head stays local; the personalize round refits the head alone."""
+def test_fedrep_trains_head_then_generator_keeps_the_head_and_refits_it_at_the_end(monkeypatch):
+    """Per round `fedrep-head-epochs` head epochs (generator fixed), then `local-epochs`
+    generator epochs (head fixed); the head stays local; the personalize round refits the head
+    alone."""
     calls = _spy_epochs(monkeypatch)
     task = _task(local_epochs=3)
     method = plugin("fedrep", **{"fedrep-head-epochs": 2, "fedrep-refit-epochs": 4})
     model = _model("fedrep")
     reply = method.train(model, task)
     head = {id(p) for p in model.head.parameters()}
-    body = {id(p) for p in model.generator.parameters()}
-    assert calls == [(head, 2), (body, 3)]
+    generator = {id(p) for p in model.generator.parameters()}
+    assert calls == [(head, 2), (generator, 3)]
     assert set(reply.arrays) == set(model.state_dict()) - {"head.weight", "head.bias"}
     body_before = model.generator.features[0].weight.clone()
     result = method.personalize(model, task).metrics
@@ -255,7 +256,7 @@ def test_fedrep_trains_head_then_body_keeps_the_head_and_refits_it_at_the_end(mo
 def test_fedpac_sends_the_body_and_its_statistics_and_loads_its_combined_head():
     method, task, model, before, reply = _train_round("fedpac")
     heads = {"head.weight", "head.bias"}
-    assert set(reply.arrays) == set(model.state_dict()) - heads  # body only
+    assert set(reply.arrays) == set(model.state_dict()) - heads  # generator only
     assert set(reply.extras) == heads | {"protos", "class-counts", "variance", "h-ref"}
     assert reply.extras["protos"].shape == (K, 128) and reply.extras["class-counts"].sum() == 60
     assert not torch.equal(model.head.weight, before["head.weight"])  # the head epoch ran
@@ -271,24 +272,25 @@ def test_fedpac_sends_the_body_and_its_statistics_and_loads_its_combined_head():
 
 
 def test_fedpac_aligns_features_to_the_global_prototypes_with_weight_lambda():
-    """With global prototypes received, lambda changes the body; lambda = 0 is plain FedRep-like."""
+    """With global prototypes received, lambda changes the generator; lambda = 0 is plain
+    FedRep-like."""
     protos = {"protos": torch.full((K, 128), 5.0), "protos-count": torch.ones(K)}
-    bodies = []
-    for lam in (0.0, 1.0):
+    convs = []
+    for lambda_ in (0.0, 1.0):
         task = _task()
         task.received = dict(protos)
         model = _model("fedpac")
-        plugin("fedpac", **{"fedpac-lambda": lam}).train(model, task)
-        bodies.append(model.generator.features[0].weight.detach().clone())
-    assert not torch.allclose(bodies[0], bodies[1])
+        plugin("fedpac", **{"fedpac-lambda": lambda_}).train(model, task)
+        convs.append(model.generator.features[0].weight.detach().clone())
+    assert not torch.allclose(convs[0], convs[1])
 
 
 def test_pfedme_sends_w_keeps_theta_and_theta_is_pulled_toward_w_as_lambda_grows():
     from pfedgm_app.methods.pfedme import PERSONAL
 
     distances = []
-    for lam in (0.5, 5.0, 50.0):
-        method, task = plugin("pfedme", **{"pfedme-lambda": lam}), _task(learning_rate=0.001)
+    for lambda_ in (0.5, 5.0, 50.0):
+        method, task = plugin("pfedme", **{"pfedme-lambda": lambda_}), _task(learning_rate=0.001)
         model = _model("pfedme")
         reply = method.train(model, task)
         metrics = reply.metrics
@@ -323,9 +325,9 @@ def test_pfedme_outer_step_moves_w_toward_theta_by_eta_lambda():
     """One batch, one epoch: w1 = w0 - eta * lambda * (w0 - theta1) (pFedMe's local update)."""
     from pfedgm_app.methods.pfedme import PERSONAL
 
-    eta, lam = 0.01, 5.0
+    eta, lambda_ = 0.01, 5.0
     method, task = (
-        plugin("pfedme", **{"pfedme-lambda": lam}),
+        plugin("pfedme", **{"pfedme-lambda": lambda_}),
         _task(batch_size=60, learning_rate=eta),
     )
     model = _model("pfedme")
@@ -334,7 +336,7 @@ def test_pfedme_outer_step_moves_w_toward_theta_by_eta_lambda():
     theta = task.state.load(PERSONAL)
     for k, w1 in model.named_parameters():
         assert not torch.equal(theta[k], w0[k])  # the inner solve moved theta
-        torch.testing.assert_close(w1.detach(), w0[k] - eta * lam * (w0[k] - theta[k]))
+        torch.testing.assert_close(w1.detach(), w0[k] - eta * lambda_ * (w0[k] - theta[k]))
 
 
 def test_pfedfda_trains_the_body_only_and_sends_interpolated_statistics():
@@ -356,7 +358,8 @@ def test_every_method_sends_what_it_declares_and_keeps_the_rest():
     """After a real round: the reply's arrays are exactly the model parts the registry declares
     (`Method.sends`), and the rest is exactly what the client state holds (what the model of
     the client's next message gets back). E.g. Ditto sends its global model (the personal one
-    stays in its own state), FedPAC its body (its head travels in the extras), Local nothing."""
+    stays in its own state), FedPAC its generator (its head travels in the extras), Local
+    nothing."""
     from pfedgm_app.methods import METHODS
     from pfedgm_app.methods.base import KEPT
 

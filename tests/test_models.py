@@ -1,4 +1,4 @@
-"""The backbones' fast layout (pool before activation, channels-last) computes the plain
+"""The generators' fast layout (pool before activation, channels-last) computes the plain
 conv -> LeakyReLU -> max-pool network: same outputs, gradients and SGD trajectory."""
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from devtools.layout import plain_layout
-from pfedgm_app.models import BACKBONES, MaxPool2x2, build_model
+from pfedgm_app.models import GENERATORS, MaxPool2x2, build_model
 from pfedgm_app.training import make_sgd, run_epochs, supervised_step
 
 
@@ -25,7 +25,7 @@ def _fast(shape: tuple[int, int, int]) -> nn.Module:
     return model
 
 
-@pytest.mark.parametrize("shape", list(BACKBONES))
+@pytest.mark.parametrize("shape", list(GENERATORS))
 def test_fast_layout_gives_the_plain_networks_outputs_and_gradients(shape):
     fast = _fast(shape)
     plain = _plain(fast)

@@ -20,6 +20,7 @@ from pfedgm_app.paper.grid import TABLES, Run, runs
 from pfedgm_app.paper.published import PUBLISHED
 from pfedgm_app.paper.runner import Engine, run_grid
 from pfedgm_app.presets import PRESETS
+from pfedgm_app.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,22 +57,29 @@ def test_run_config_names_the_preset_seed_budget_and_resumes_a_stopped_run(tmp_p
     assert cfg["num-server-rounds"] == 50 and cfg["resume"] is False
     assert cfg["output-dir"] == str(tmp_path / "cifar10-dir05/pfedgm/seed2")
     (tmp_path / "cifar10-dir05/pfedgm/seed2").mkdir(parents=True)
-    (tmp_path / "cifar10-dir05/pfedgm/seed2/checkpoint.pt").write_bytes(b"")
+    RunFolder(tmp_path / "cifar10-dir05/pfedgm/seed2").checkpoint.write_bytes(b"")
     assert grid.run_config(run, tmp_path, 50, offline=True)["resume"] is True
 
 
 def _fake_run(out: Path, column: str, run: str, seed: int, accuracies: list[float],
-              rounds: int = 3, minutes: float = 1.0) -> None:  # fmt: skip
-    """A finished run's folder: clients.csv (partition i has test size 10 + i) and summary."""
-    folder = out / column / run / f"seed{seed}"
-    folder.mkdir(parents=True)
-    with (folder / "clients.csv").open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["partition-id", "accuracy", "acc-finetune", "num-test"])
-        for i, acc in enumerate(accuracies):
-            writer.writerow([i, acc, acc / 2, 10 + i])
-    summary = {"rounds": rounds, "seconds_total": 60 * minutes}
-    (folder / "summary.json").write_text(json.dumps(summary))
+              rounds: int = 3, minutes: float = 1.0, version: int = 2) -> RunFolder:  # fmt: skip
+    """A finished run's folder: clients.csv (partition i has test size 10 + i; `accuracies` as
+    the clients reply them, fractions) and summary, in format `version` (1: as the committed
+    records under results/ are, fractions and snake_case, no format-version)."""
+    folder = RunFolder(out / column / run / f"seed{seed}")
+    folder.path.mkdir(parents=True)
+    rows = [{"partition-id": i, "accuracy": acc, "acc-finetune": acc / 2, "num-test": 10 + i}
+            for i, acc in enumerate(accuracies)]  # fmt: skip
+    if version == 2:
+        folder.write_clients(rows)
+        folder.write_summary({"rounds": rounds, "seconds-total": 60 * minutes})
+        return folder
+    with folder.clients.open("w", newline="") as f:
+        writer = csv.DictWriter(f, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    folder.summary.write_text(json.dumps({"rounds": rounds, "seconds_total": 60 * minutes}))
+    return folder
 
 
 def test_a_cell_is_the_seeds_mean_of_test_size_weighted_means_and_stds(tmp_path):
@@ -85,6 +93,19 @@ def test_a_cell_is_the_seeds_mean_of_test_size_weighted_means_and_stds(tmp_path)
     assert cell.seeds == [0, 1] and cell.rounds == 3
     fa = read_cell(tmp_path, "cifar10-dir05", grid.ADAPTATION_ROWS[1])  # acc-finetune
     assert fa.mean == pytest.approx(cell.mean / 2)
+
+
+def test_a_version_1_run_renders_as_its_version_2_twin(tmp_path):
+    """The committed records under results/ (format version 1) give the numbers a run of
+    today writes, to the last digit."""
+    for version in (1, 2):
+        out = tmp_path / f"v{version}"
+        _fake_run(out, "cifar10-dir05", "pfedgm", 0, [0.8123456789, 0.6, 0.9], version=version)
+        _fake_run(out, "cifar10-dir05", "fedavg", 0, [0.5, 0.7, 0.4], minutes=2.0,
+                  version=version)  # fmt: skip
+    for table in (TABLES["standard"], TABLES["adaptation"], TABLES["runtime"]):
+        assert render.csv_text(tmp_path / "v1", table) == render.csv_text(tmp_path / "v2", table)
+        assert render.markdown(tmp_path / "v1", table) == render.markdown(tmp_path / "v2", table)
 
 
 def test_rendered_table_bolds_the_best_shows_the_paper_and_pairs_clients(tmp_path):
@@ -111,10 +132,9 @@ def test_rendered_table_bolds_the_best_shows_the_paper_and_pairs_clients(tmp_pat
 def test_a_cell_of_another_protocol_is_marked_and_never_bold(tmp_path):
     """A 4-client, 4,000-image, 1-round run beside the paper's figure: the cell says so (†
     and a line naming each difference) and is not set in bold; the paper's protocol is not."""
-    _fake_run(tmp_path, "cifar10-dir05", "pfedgm", 0, [0.3, 0.2])
+    folder = _fake_run(tmp_path, "cifar10-dir05", "pfedgm", 0, [0.3, 0.2])
     config = {"num-clients": 4, "pool-size": 4000, "num-server-rounds": 1, "local-epochs": 5}
-    (tmp_path / "cifar10-dir05" / "pfedgm" / "seed0" / "config.json").write_text(
-        json.dumps(config))  # fmt: skip
+    folder.write_config(config)
     text = render.markdown(tmp_path, TABLES["standard"])
     pfedgm = next(line for line in text.splitlines() if line.startswith("| pFedGM |"))
     assert "†" in pfedgm and "**" not in pfedgm
@@ -122,8 +142,7 @@ def test_a_cell_of_another_protocol_is_marked_and_never_bold(tmp_path):
     for says in ("4 clients (paper 100)", "4,000 images pooled (paper all)", "1 rounds (paper"):
         assert says in note
     paper = {"num-clients": 100, "pool-size": 0, "num-server-rounds": 200, "local-epochs": 5}
-    (tmp_path / "cifar10-dir05" / "pfedgm" / "seed0" / "config.json").write_text(
-        json.dumps(paper))  # fmt: skip
+    folder.write_config(paper)
     assert "†" not in render.markdown(tmp_path, TABLES["standard"])
 
 
@@ -137,12 +156,12 @@ def test_runtime_is_minutes_and_the_ratio_to_fedavg(tmp_path):
 def test_a_folder_holding_another_budget_is_refused_before_any_run(tmp_path, capsys):
     folder = tmp_path / "cifar10-dir05/pfedgm/seed0"
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"num-server-rounds": 30}))
+    RunFolder(folder).write_config({"num-server-rounds": 30})
     code = cli.main(["run", "standard", "--out", str(tmp_path), "--rounds", "200",
                      "--columns", "cifar10-dir05", "--methods", "pfedgm"])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "30 rounds, not 200" in err[0]
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [RunFolder(folder).config.name]
 
 
 @pytest.mark.parametrize(
@@ -181,16 +200,16 @@ def test_a_tiny_grid_runs_renders_and_skips_what_is_done(cifar10, tmp_path):
     keys = {"pool-size": 1000, "local-epochs": 1, "client-threads": 1}
     engine = Engine("inprocess", app_dir=ROOT)
     assert run_grid(todo, tmp_path, 1, engine, offline=True, extra=keys, clients=4) == []
-    summaries = {(r.name, r.seed): json.loads((r.folder(tmp_path) / "summary.json").read_text())
-                 for r in todo}  # fmt: skip
-    stamps = {r: (r.folder(tmp_path) / "summary.json").stat().st_mtime_ns for r in todo}
+    folders = {r: RunFolder(r.folder(tmp_path)) for r in todo}
+    summaries = {(r.name, r.seed): folder.read_summary() for r, folder in folders.items()}
+    stamps = {r: folder.summary.stat().st_mtime_ns for r, folder in folders.items()}
     assert run_grid(todo, tmp_path, 1, engine, offline=True, extra=keys, clients=4) == []
-    assert stamps == {r: (r.folder(tmp_path) / "summary.json").stat().st_mtime_ns for r in todo}
+    assert stamps == {r: folder.summary.stat().st_mtime_ns for r, folder in folders.items()}
     rows = list(csv.DictReader(render.csv_text(tmp_path, TABLES["standard"]).splitlines()))
     for method in ("pfedgm", "fedavg"):
         row = next(r for r in rows if r["row"] == method and r["column"] == "cifar10-dir05")
         expected = (
-            summaries[method, 0]["mean_accuracy"] + summaries[method, 1]["mean_accuracy"]
+            summaries[method, 0]["mean-accuracy"] + summaries[method, 1]["mean-accuracy"]
         ) / 2
         assert float(row["mean"]) == pytest.approx(expected, abs=1e-3)
         assert row["seeds"] == "0 1" and row["rounds"] == "1"
@@ -204,31 +223,27 @@ def test_the_console_script_runs_a_cell_through_flwr(cifar10, flower_env, tmp_pa
             "cifar10-dir05", "--methods", "fedavg", *TINY]  # fmt: skip
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    summary = tmp_path / "cifar10-dir05/fedavg/seed0/summary.json"
-    assert json.loads(summary.read_text())["rounds"] == 1
+    assert RunFolder(tmp_path / "cifar10-dir05/fedavg/seed0").read_summary()["rounds"] == 1
     assert "1/1 runs done" in done.stdout
 
 
 def test_a_curve_holds_the_evaluated_rounds_and_the_final_one_over_seeds(tmp_path):
     for seed, (mid, final) in enumerate([(40.0, 50.0), (44.0, 54.0)]):
-        _fake_run(tmp_path, "cifar10-q01", "pfedgm", seed, [0.5])
-        folder = tmp_path / "cifar10-q01/pfedgm" / f"seed{seed}"
+        folder = _fake_run(tmp_path, "cifar10-q01", "pfedgm", seed, [0.5])
         rows = [{"round": 1}, {"round": 2, "personalized-accuracy": mid, "personalized-std": 2.0}]
-        (folder / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        summary = {"rounds": 3, "mean_accuracy": final, "std_accuracy": 4.0}
-        (folder / "summary.json").write_text(json.dumps(summary))
+        folder.write_rounds(rows)
+        folder.write_summary({"rounds": 3, "mean-accuracy": final, "std-accuracy": 4.0})
     assert curve(tmp_path, "cifar10-q01", "pfedgm") == {2: (42.0, 2.0), 3: (52.0, 4.0)}
 
 
 def _curve_run(out: Path, run: str, seed: int, points: dict[int, float]) -> None:
     """A finished run that evaluated at each of `points`' rounds (the last one is final)."""
-    _fake_run(out, "cifar10-q01", run, seed, [0.5])
-    folder = out / "cifar10-q01" / run / f"seed{seed}"
+    folder = _fake_run(out, "cifar10-q01", run, seed, [0.5])
     *mid, (last, final) = points.items()
-    rows = [{"round": r, "personalized-accuracy": a, "personalized-std": 1.0} for r, a in mid]
-    (folder / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    summary = {"rounds": last, "mean_accuracy": final, "std_accuracy": 1.0}
-    (folder / "summary.json").write_text(json.dumps(summary))
+    folder.write_rounds(
+        [{"round": r, "personalized-accuracy": a, "personalized-std": 1.0} for r, a in mid]
+    )
+    folder.write_summary({"rounds": last, "mean-accuracy": final, "std-accuracy": 1.0})
 
 
 def test_the_rendered_curves_give_each_round_and_pfedgm_minus_each_row(tmp_path):
@@ -282,7 +297,7 @@ def test_the_dynamics_figure_draws_a_pfedgm_run_beside_another(tmp_path, capsys)
         (other, [{"round": 1}, {"round": 2, "personalized-accuracy": 30.0}]),
     ):
         folder.mkdir()
-        (folder / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        RunFolder(folder).write_rounds(rows)
     png = tmp_path / "dynamics.png"
     assert cli.main(["dynamics", str(gm), "--beside", str(other), "--to", str(png)]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
@@ -295,18 +310,15 @@ def test_collected_records_name_no_absolute_path_and_the_committed_ones_neither(
     """`collect` writes the dataset as `shared:<name>` and the output folder as the run's
     folder below the results folder; every committed record under results/ is so written."""
     from pfedgm_app.paper.records import portable
-    from pfedgm_app.run_folder import RunFolder
 
-    _fake_run(tmp_path / "out", "cifar10-dir05", "pfedgm", 0, [0.5])
-    run = RunFolder(tmp_path / "out" / "cifar10-dir05" / "pfedgm" / "seed0")
+    run = _fake_run(tmp_path / "out", "cifar10-dir05", "pfedgm", 0, [0.5])
     config = {"dataset": "/home/x/shared/data/cifar10", "output-dir": str(run.path),
               "frost-dir": "/home/x/frost", "seed": 0}  # fmt: skip
-    run.config.write_text(json.dumps(config))
+    run.write_config(config)
     assert cli.main(["collect", "--out", str(tmp_path / "out"), "--to", str(tmp_path / "c")]) == 0
-    kept = json.loads(RunFolder(tmp_path / "c" / "cifar10-dir05" / "pfedgm" / "seed0").config
-                      .read_text())  # fmt: skip
+    kept = RunFolder(tmp_path / "c" / "cifar10-dir05" / "pfedgm" / "seed0").read_config()
     assert kept == {"dataset": "shared:cifar10", "output-dir": "cifar10-dir05/pfedgm/seed0",
-                    "frost-dir": "frost", "seed": 0}  # fmt: skip
+                    "frost-dir": "frost", "seed": 0, "format-version": 2}  # fmt: skip
     assert portable("uoft-cs/cifar10", "r") == "uoft-cs/cifar10"  # a hub id stays
     records = [p for p in (ROOT / "results").rglob("*.json")]
     absolute = [str(p) for p in records if '": "/' in p.read_text()]

@@ -29,6 +29,7 @@ from pfedgm_app.methods import (
     run_config_keys,
 )
 from pfedgm_app.personal_model import ModelFileError
+from pfedgm_app.run_folder import RunFolder
 from pfedgm_app.training import accuracy
 
 SHAPE, CLASSES = (1, 28, 28), ["zero", "one", "two", "three"]
@@ -89,7 +90,8 @@ def test_every_devices_saved_model_gives_the_accuracy_its_reply_reported(every_m
         assert len(rows) == 2, name
         for row in rows:
             pid = int(row["partition-id"])
-            saved = personal_model.load(workdir / name / "models" / f"client-{pid}.safetensors")
+            model = RunFolder(workdir / name).models / f"client-{pid}.safetensors"
+            saved = personal_model.load(model)
             data = load_client_data(Protocol.of(cfg, 2), pid)
             assert accuracy(saved.model, data.x_test, data.y_test) == row["accuracy"], name
             assert (saved.meta["accuracy"], saved.meta["method"]) == (row["accuracy"], name)
@@ -184,15 +186,15 @@ def test_predict_refuses_what_the_model_cannot_take_before_predicting(tmp_path, 
 def test_predict_names_the_file_to_give_for_a_run_folder_or_its_global_model(tmp_path, capsys):
     """A run's output-dir with one client's model predicts with it; with several, or given
     the global model, one line names the files to choose from, exit 2."""
-    run = tmp_path / "run"
-    _save(run / "models" / "client-0.safetensors")
-    (run / "global_model.pt").write_bytes(b"not for predict")
+    run = RunFolder(tmp_path / "run")
+    _save(run.models / "client-0.safetensors")
+    run.global_model.write_bytes(b"not for predict")
     image = _images(tmp_path / "images", 1)[0]
-    assert predict.main([str(run), str(image)]) == 0
+    assert predict.main([str(run.path), str(image)]) == 0
     assert capsys.readouterr().out.startswith(str(image))
-    _save(run / "models" / "client-1.safetensors")
-    for given, says in ((run, "client-0.safetensors, client-1.safetensors"),
-                        (run / "global_model.pt", "models/client-<id>.safetensors")):  # fmt: skip
+    _save(run.models / "client-1.safetensors")
+    for given, says in ((run.path, "client-0.safetensors, client-1.safetensors"),
+                        (run.global_model, "models/client-<id>.safetensors")):  # fmt: skip
         assert predict.main([str(given), str(image)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err

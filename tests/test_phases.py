@@ -190,13 +190,13 @@ def test_navigator_lr_scale_and_head_decay_move_only_their_parameters():
 
 
 def test_the_round_diagnostics_are_their_closed_forms_on_the_global_model():
-    """At the round's start, on the model received: the gradient norms of H and lam R_c on
+    """At the round's start, on the model received: the gradient norms of H and lambda R_c on
     the generator (autograd, first batch), ||z||, ||mu_k||, the within-class variance (R_c at
     the exact prototypes), the saturated share and ||A||; over the round, H and R_c apart."""
     x, y = _problem()
     gen, head = _parts()
     g0, h0 = copy.deepcopy((gen, head))
-    metrics = train_round(gen, head, (x, y), epochs=1, lam=2.0, batch_size=20)
+    metrics = train_round(gen, head, (x, y), epochs=1, lambda_=2.0, batch_size=20)
     z = g0(x).detach()
     protos = torch.stack([z[y == k].mean(0) for k in range(K)])
     zb = g0(x[:20])
@@ -218,7 +218,7 @@ def test_the_round_diagnostics_are_their_closed_forms_on_the_global_model():
     }
     for key, value in expected.items():
         assert metrics[key] == pytest.approx(float(value.detach()), rel=1e-4, abs=1e-7), key
-    # the round's loss is H + lam R_c + the covariance term (the last reaches A only)
+    # the round's loss is H + lambda R_c + the covariance term (the last reaches A only)
     assert metrics["loss"] > metrics["loss-shared"] + 2.0 * metrics["loss-personalized"] > 0
     assert 0 <= metrics["saturated-fraction"] <= 1
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from devtools.inprocess import run_inprocess
 from devtools.reference import pages
 from devtools.same_numbers import TINY
 from pfedgm_app.config import ConfigError, Settings, at_least
@@ -25,6 +24,7 @@ from pfedgm_app.methods import (
 )
 from pfedgm_app.models import Model
 from pfedgm_app.paper.grid import method_row
+from pfedgm_app.paper.inprocess import run_inprocess
 from pfedgm_app.training import supervised_step
 
 TRAINED: list[int] = []  # the epochs of every round a toy client trained, in this process
@@ -79,5 +79,5 @@ def test_a_registered_method_runs_through_the_real_apps(toy, mnist, tmp_path):
     cfg = {**TINY, "method": "toy", "toy-epochs": 2, "dataset": str(mnist),
            "output-dir": str(tmp_path / "toy")}  # fmt: skip
     summary, _ = run_inprocess(cfg, 4)
-    assert summary["method"] == "toy" and summary["num_clients_evaluated"] == 4
+    assert summary["method"] == "toy" and summary["num-clients-evaluated"] == 4
     assert TRAINED and set(TRAINED) == {2}  # its clients trained with its own key's value

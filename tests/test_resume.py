@@ -3,7 +3,6 @@ logs each round once, and ends with the arrays of a run that was never stopped."
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import re
@@ -17,14 +16,15 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord
 
-from devtools.inprocess import RunStopped, run_inprocess
 from pfedgm_app import checkpoint
 from pfedgm_app.checkpoint import FolderLock
 from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.methods import METHODS
 from pfedgm_app.methods.pfedgm import PFedGMSettings
 from pfedgm_app.paper.flwr_cli import run_app
+from pfedgm_app.paper.inprocess import RunStopped, run_inprocess
 from pfedgm_app.results import RunWriter
+from pfedgm_app.run_folder import RunFolder
 from pfedgm_app.strategies import FedPAC
 
 RUN = {"num-server-rounds": 4, "local-epochs": 1, "pool-size": 1500, "fraction-train": 0.5,
@@ -32,7 +32,7 @@ RUN = {"num-server-rounds": 4, "local-epochs": 1, "pool-size": 1500, "fraction-t
 
 
 def _rounds(out: Path) -> list[int]:
-    return [json.loads(line)["round"] for line in (out / "rounds.jsonl").read_text().splitlines()]
+    return [r["round"] for r in RunFolder(out).read_rounds()]
 
 
 @pytest.mark.slow  # whole runs, twice
@@ -46,14 +46,14 @@ def test_a_killed_run_resumes_to_the_uninterrupted_runs_arrays(tmp_path, mnist, 
     cfg["client-state-dir"] = str(stopped / "clients")
     with pytest.raises(RunStopped):
         run_inprocess({**cfg, "output-dir": str(stopped)}, 4, stop_after_rounds=2)
-    assert _rounds(stopped) == [1, 2] and (stopped / "checkpoint.pt").exists()
+    assert _rounds(stopped) == [1, 2] and RunFolder(stopped).checkpoint.exists()
     summary, grid = run_inprocess({**cfg, "output-dir": str(stopped), "resume": True}, 4)
     assert len(grid.rounds) == 2  # only rounds 3 and 4 ran again
-    assert _rounds(stopped) == [1, 2, 3, 4] and summary["resumed_after_round"] == 2
-    a = torch.load(whole / "global_model.pt")
-    b = torch.load(stopped / "global_model.pt")
+    assert _rounds(stopped) == [1, 2, 3, 4] and summary["resumed-after-round"] == 2
+    a = torch.load(RunFolder(whole).global_model)
+    b = torch.load(RunFolder(stopped).global_model)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert (whole / "clients.csv").read_text() == (stopped / "clients.csv").read_text()
+    assert RunFolder(whole).clients.read_text() == RunFolder(stopped).clients.read_text()
 
 
 def _lines(path: Path) -> int:
@@ -71,7 +71,7 @@ def _unfinished_runs(env: dict[str, str]) -> set[str]:
 def _wait_for_rounds(out: Path, rounds: int) -> None:
     """Until `out`'s rounds.jsonl holds `rounds` lines (or 10 minutes)."""
     deadline = time.monotonic() + 600
-    while _lines(out / "rounds.jsonl") < rounds and time.monotonic() < deadline:
+    while _lines(RunFolder(out).rounds) < rounds and time.monotonic() < deadline:
         time.sleep(0.1)
 
 
@@ -102,8 +102,9 @@ def _wait_for_the_run_to_end(out: Path, timeout: float = 120) -> None:
 
 def _clients(out: Path) -> list[dict]:
     """clients.csv without the node ids (each run's SuperNodes get new ones)."""
-    with open(out / "clients.csv") as f:
-        return [{k: v for k, v in row.items() if k != "node-id"} for row in csv.DictReader(f)]
+    return [
+        {k: v for k, v in row.items() if k != "node-id"} for row in RunFolder(out).read_clients()
+    ]
 
 
 @pytest.mark.slow
@@ -136,14 +137,14 @@ def test_a_flwr_run_stopped_after_round_2_resumes_to_the_uninterrupted_runs_resu
         assert stopper.result(timeout=60) == {first.run_id}
     assert first.status == "finished:stopped", f"{first.details}\n{first.log[-3000:]}"
     _wait_for_the_run_to_end(stopped)
-    assert 2 <= len(_rounds(stopped)) < 30 and not (stopped / "summary.json").exists()
+    assert 2 <= len(_rounds(stopped)) < 30 and not RunFolder(stopped).finished
     resumed = run_app(
         {**cfg, "output-dir": str(stopped), "resume": True}, 4, flower_env, timeout=900
     )
     assert resumed.ok, f"{resumed.details}\n{resumed.log[-3000:]}"
     assert _rounds(stopped) == list(range(1, 31))
-    assert 2 <= resumed.summary["resumed_after_round"] < 30
-    a, b = torch.load(whole / "global_model.pt"), torch.load(stopped / "global_model.pt")
+    assert 2 <= resumed.summary["resumed-after-round"] < 30
+    a, b = torch.load(RunFolder(whole).global_model), torch.load(RunFolder(stopped).global_model)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert _clients(whole) == _clients(stopped)
 
@@ -181,19 +182,18 @@ def test_a_round_logged_after_the_last_checkpoint_is_dropped_and_run_again(tmp_p
     out = tmp_path / "run"
     with pytest.raises(RunStopped):
         run_inprocess({**cfg, "output-dir": str(out)}, 4, stop_after_rounds=2)
-    with open(out / "rounds.jsonl", "a") as f:
-        f.write(json.dumps({"round": 3, "loss": 0.0}) + "\n")
+    RunFolder(out).append_round({"round": 3, "loss": 0.0})
     run_inprocess({**cfg, "output-dir": str(out), "resume": True}, 4)
     assert _rounds(out) == [1, 2, 3]
 
 
 def test_fedpac_state_follows_clients_by_rank_to_their_new_node_ids():
     """A resumed run's nodes have new ids: the combined heads go to the same partitions."""
-    before = FedPAC(node_ranks={101: 0, 202: 1}, seed=3)
+    before = FedPAC(node_partitions={101: 0, 202: 1}, seed=3)
     before.rng.random()
     before.heads = {101: {"head.weight": np.ones(2)}, 202: {"head.weight": np.zeros(2)}}
     before.global_protos, before.protos_count = np.eye(2), np.array([3, 4])
-    after = FedPAC(node_ranks={7: 1, 9: 0}, seed=3)
+    after = FedPAC(node_partitions={7: 1, 9: 0}, seed=3)
     after.load_state(before.state())
     assert after.heads[9]["head.weight"].tolist() == [1, 1]  # partition 0
     assert after.heads[7]["head.weight"].tolist() == [0, 0]  # partition 1
@@ -220,7 +220,7 @@ def test_every_strategys_state_round_trips_through_a_checkpoint_exactly(tmp_path
     from it samples on as the saved one does."""
     ranks = {11: 0, 22: 1}
     for cls in {m.strategy for m in METHODS.values()}:
-        saved = cls(node_ranks=ranks, seed=3)
+        saved = cls(node_partitions=ranks, seed=3)
         saved.rng.random()
         if isinstance(saved, FedPAC):
             saved.global_protos = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -232,7 +232,7 @@ def test_every_strategys_state_round_trips_through_a_checkpoint_exactly(tmp_path
         done, loaded_arrays, state = checkpoint.load(tmp_path)
         assert done == 7 and _same(state, saved.state()), cls.__name__
         assert np.array_equal(loaded_arrays["w"].numpy(), arrays["w"].numpy())
-        resumed = cls(node_ranks=ranks, seed=99)
+        resumed = cls(node_partitions=ranks, seed=99)
         resumed.load_state(state)
         assert _same(resumed.state(), saved.state()), cls.__name__
         assert [resumed.rng.random() for _ in range(3)] == [saved.rng.random() for _ in range(3)]
@@ -266,8 +266,9 @@ def test_a_checkpoint_holding_an_object_is_refused_and_nothing_in_it_runs(tmp_pa
     marker = tmp_path / "ran"
     planted = _Planted(marker)
     payload = {"round": 2, "arrays": {"w": torch.zeros(1)}, "strategy": {"rng": planted}}
-    torch.save(planted if where == "payload" else payload, tmp_path / "run" / "checkpoint.pt")
-    path = str(tmp_path / "run" / "checkpoint.pt")
+    path = RunFolder(tmp_path / "run").checkpoint
+    torch.save(planted if where == "payload" else payload, path)
+    path = str(path)
     with pytest.raises(ConfigError) as err:
         checkpoint.load(tmp_path / "run")
     assert path in str(err.value) and "\n" not in str(err.value)
@@ -277,13 +278,13 @@ def test_a_checkpoint_holding_an_object_is_refused_and_nothing_in_it_runs(tmp_pa
 
 
 def test_a_checkpoint_of_another_shape_is_refused_naming_the_file(tmp_path):
-    (tmp_path / "checkpoint.pt").write_text("not a checkpoint")
-    with pytest.raises(ConfigError, match=re.escape(str(tmp_path / "checkpoint.pt"))):
+    RunFolder(tmp_path).checkpoint.write_text("not a checkpoint")
+    with pytest.raises(ConfigError, match=re.escape(str(RunFolder(tmp_path).checkpoint))):
         checkpoint.load(tmp_path)
     for payload in ({"round": "2", "arrays": {}, "strategy": {}}, [1, 2],
                     {"round": -1, "arrays": {}, "strategy": {}},
                     {"round": 2, "arrays": {"w": [0.0]}, "strategy": {}}):  # fmt: skip
-        torch.save(payload, tmp_path / "checkpoint.pt")
+        torch.save(payload, RunFolder(tmp_path).checkpoint)
         with pytest.raises(ConfigError, match="is not a checkpoint of this app"):
             checkpoint.load(tmp_path)
 
@@ -299,12 +300,12 @@ def test_a_strategy_state_beyond_arrays_and_plain_values_is_refused_when_saved(t
 
 def test_resume_refuses_another_number_of_clients_and_keeps_the_stopped_runs_record(tmp_path):
     resumed = _stopped(tmp_path, clients=4)
-    recorded = (tmp_path / "config.json").read_text()
+    recorded = RunFolder(tmp_path).config.read_text()
     writer = RunWriter.create(resumed, PFedGMSettings())
     with pytest.raises(ConfigError) as err:
         writer.write_config(resumed, PFedGMSettings(), 3)
     assert "with 3 clients (SuperNodes)" in str(err.value) and "had 4" in str(err.value)
-    assert (tmp_path / "config.json").read_text() == recorded
+    assert RunFolder(tmp_path).config.read_text() == recorded
     writer.write_config(resumed, PFedGMSettings(), 4)  # the same clients: resumes
     writer.close()
 
@@ -314,7 +315,7 @@ def test_resume_takes_any_number_of_devices_that_come_and_go(tmp_path):
     writer = RunWriter.create(resumed, PFedGMSettings())
     writer.write_config(resumed, PFedGMSettings(), 3)
     writer.close()
-    assert json.loads((tmp_path / "config.json").read_text())["num-clients"] == 3
+    assert RunFolder(tmp_path).read_config()["num-clients"] == 3
 
 
 @pytest.mark.parametrize(
@@ -341,7 +342,8 @@ def test_resume_refuses_a_checkpoint_of_another_model_or_strategy_naming_it(tmp_
 
     method, cfg = METHODS["fedpac"], RunConfig(output_dir=str(tmp_path), resume=True)
     initial = ArrayRecord({"w": Array(np.zeros((2, 3), np.float32))})
-    strategy, writer, path = FedPAC(seed=3), RunWriter(tmp_path), str(tmp_path / "checkpoint.pt")
+    strategy, writer = FedPAC(seed=3), RunWriter(tmp_path)
+    path = str(RunFolder(tmp_path).checkpoint)
     for arrays in (
         {"w": np.zeros((3, 2), np.float32)},
         {"w": np.zeros((2, 3))},

@@ -159,11 +159,12 @@ def test_a_query_reply_that_cannot_describe_a_client_is_named(info, says):
 
 
 def test_the_runs_records_are_strict_json(tmp_path):
-    from pfedgm_app.results import RunWriter, strict_json
+    from pfedgm_app.results import RunWriter
+    from pfedgm_app.run_folder import RunFolder, strict_json
 
     writer = RunWriter(tmp_path)
     writer.append_round(1, MetricRecord({"loss": 1.0, "round": 99}), total=float("inf"))
-    row = json.loads((tmp_path / "rounds.jsonl").read_text(), parse_constant=pytest.fail)
+    row = json.loads(RunFolder(tmp_path).rounds.read_text(), parse_constant=pytest.fail)
     assert row == {"loss": 1.0, "round": 1, "total": None}
     assert strict_json({"a": [float("nan")]}) == '{"a": [null]}'
 
@@ -171,7 +172,7 @@ def test_the_runs_records_are_strict_json(tmp_path):
 def test_a_test_size_counts_at_most_the_servers_bound_in_the_headline():
     """A client claiming a billion test samples and accuracy 0 (within what it reported at
     query) counts as `caps` says, not as it claims: the headline stays the honest clients'."""
-    from pfedgm_app.strategies.personalize import collect
+    from pfedgm_app.strategies.personalization_result import collect
 
     def reply(node, accuracy, num_test):
         metrics = MetricRecord({"accuracy": accuracy, "num-test": num_test, "partition-id": node})

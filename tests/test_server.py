@@ -85,13 +85,13 @@ def test_sampling_by_partition_is_the_same_whatever_the_node_ids():
     """Two runs (random node ids) with the same seed train the same partitions each round."""
 
     def sampled_partitions(node_ids):
-        ranks = {n: pid for pid, n in enumerate(node_ids)}
-        grid = FakeGrid({n: (pid, 10) for n, pid in ranks.items()})
-        strategy = PersonalizedFedAvg(fraction_train=0.3, node_ranks=ranks, seed=5)
+        partitions = {n: pid for pid, n in enumerate(node_ids)}
+        grid = FakeGrid({n: (pid, 10) for n, pid in partitions.items()})
+        strategy = PersonalizedFedAvg(fraction_train=0.3, node_partitions=partitions, seed=5)
         rounds = []
         for r in range(1, 4):
             msgs = strategy.configure_train(r, ArrayRecord(), ConfigRecord(), grid)
-            rounds.append(sorted(ranks[m.metadata.dst_node_id] for m in msgs))
+            rounds.append(sorted(partitions[m.metadata.dst_node_id] for m in msgs))
         return rounds
 
     first = sampled_partitions([101, 57, 3, 99, 12, 8, 77, 1000, 5, 6])
@@ -231,17 +231,17 @@ def test_min_nodes_starts_with_the_nodes_connected_and_takes_in_later_ones():
     cfg = RunConfig(node_wait_timeout=0.5, min_nodes=2)
     infos = discover_clients(grid, cfg)
     assert sorted(int(i["partition-id"]) for i in infos.values()) == [0, 2]
-    ranks = {n: int(i["partition-id"]) for n, i in infos.items()}
+    pids = {n: int(i["partition-id"]) for n, i in infos.items()}
     grid.partitions[9] = (1, 3)  # joins
 
     def take_in(g):
-        ranks.update({n: int(infos[n]["partition-id"]) for n in query_new_nodes(g, cfg, infos)})
+        pids.update({n: int(infos[n]["partition-id"]) for n in query_new_nodes(g, cfg, infos)})
 
-    strategy = PersonalizedFedAvg(fraction_train=1.0, node_ranks=ranks, min_available_nodes=2)
+    strategy = PersonalizedFedAvg(fraction_train=1.0, node_partitions=pids, min_available_nodes=2)
     take_in(grid)  # what the ServerApp's round loop does before each round (`Rounds.refresh`)
     messages = strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid)
     assert sorted(m.metadata.dst_node_id for m in messages) == [1, 2, 9]
-    assert ranks[9] == 1
+    assert pids[9] == 1
 
 
 def test_fewer_nodes_than_min_nodes_for_the_wait_timeout_ends_the_run():

@@ -293,7 +293,7 @@ def _personalize_reply(node: int, **metrics) -> Message:
 
 
 def test_personalize_replies_outside_the_contract_are_failures_not_the_mean():
-    from pfedgm_app.strategies.personalize import collect
+    from pfedgm_app.strategies.personalization_result import collect
 
     honest = [_personalize_reply(1, accuracy=0.5, **{"num-test": 10}),
               _personalize_reply(2, accuracy=0.7, **{"num-test": 30})]  # fmt: skip

@@ -4,7 +4,6 @@ the real local data (pool-size keeps it small)."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
@@ -17,6 +16,7 @@ from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.data import Protocol, load_client_data
 from pfedgm_app.experiment import initial_arrays
 from pfedgm_app.methods import get_method
+from pfedgm_app.run_folder import RunFolder
 
 pytest.importorskip("sklearn", reason='the t-SNE figure needs pip install -e ".[paper]"')
 tsne = pytest.importorskip("pfedgm_app.paper.tsne")
@@ -29,11 +29,11 @@ def _run_folder(folder, cifar10, model=True):
     cfg = RunConfig(dataset=str(cifar10), pool_size=3000, num_server_rounds=2, seed=1)
     folder.mkdir()
     config = {**cfg.to_run_config(), "num-clients": NUM_CLIENTS, "flwr-version": "1.0"}
-    (folder / "config.json").write_text(json.dumps(config))
+    RunFolder(folder).write_config(config)
     if model:
         plugin = get_method(cfg.method).plugin()
         arrays = initial_arrays(cfg, plugin, (3, 32, 32), 10)
-        torch.save(dict(arrays.to_torch_state_dict()), folder / "global_model.pt")
+        torch.save(dict(arrays.to_torch_state_dict()), RunFolder(folder).global_model)
     return folder, Protocol.of(cfg, NUM_CLIENTS)
 
 
@@ -68,7 +68,7 @@ def test_a_run_without_its_model_is_refused_in_one_line(cifar10, tmp_path):
     run, _ = _run_folder(tmp_path / "run", cifar10, model=False)
     with pytest.raises(ConfigError) as err:
         tsne.tsne_figure(run, tmp_path / "tsne.png")
-    assert "global_model.pt" in str(err.value) and "\n" not in str(err.value)
+    assert RunFolder(run).global_model.name in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "tsne.png").exists()
 
 

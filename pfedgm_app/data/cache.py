@@ -33,8 +33,15 @@ ENTRY_FORMAT = "sha256"  # in every entry's key: those written without a SHA-256
 DIGEST = "sha256"  # the entry's own array holding the SHA-256 of the others
 # What np.load and zipfile raise on a damaged file; TypeError: an .npy where an archive was,
 # KeyError: no SHA-256 in it; AttributeError: an archive where an .npy was (no dtype).
-UNREADABLE = (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError,
-              zipfile.BadZipFile)  # fmt: skip
+UNREADABLE = (
+    OSError,
+    EOFError,
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    zipfile.BadZipFile,
+)
 
 
 def cache_dir() -> Path:
@@ -50,8 +57,11 @@ def _fingerprint(source: str) -> tuple:
     if not path.exists():
         return (source,)
     files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
-    return tuple((str(f.relative_to(path.parent)), st.st_size, st.st_mtime_ns)
-                 for f in files for st in [f.stat()])  # fmt: skip
+    return tuple(
+        (str(f.relative_to(path.parent)), st.st_size, st.st_mtime_ns)
+        for f in files
+        for st in [f.stat()]
+    )
 
 
 def arrays_digest(arrays: dict[str, np.ndarray]) -> str:

@@ -46,8 +46,11 @@ def _decode_partition(protocol: Protocol, partition_id: int) -> dict[str, np.nda
     pool = load_pool(protocol.dataset)
     pair = protocol.pair(partition_id)
     if pair is not None and pool.image_shape[0] != 3:
-        what = "protocol='generalization'" if protocol.kind != "standard" else (
-            f"corruption={protocol.corruption!r}")  # fmt: skip
+        what = (
+            "protocol='generalization'"
+            if protocol.kind != "standard"
+            else f"corruption={protocol.corruption!r}"
+        )
         raise ConfigError(f"{what} needs color images (it corrupts as CIFAR-10S does)")
     classes = protocol.classes or _names(pool)
     y = map_labels(pool, classes) if protocol.classes else pool.labels

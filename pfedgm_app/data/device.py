@@ -39,8 +39,15 @@ class DeviceData:
     def of(cls, cfg: RunConfig, path: str, client_id: int) -> DeviceData:
         """The device data of run `cfg` at `path` (the class list from `run_classes`)."""
         classes = run_classes(cfg.classes, cfg.dataset)
-        return cls(path, classes, client_id, cfg.seed, cfg.test_fraction, cfg.min_train_samples,
-                   cfg.validation_fraction)  # fmt: skip
+        return cls(
+            path,
+            classes,
+            client_id,
+            cfg.seed,
+            cfg.test_fraction,
+            cfg.min_train_samples,
+            cfg.validation_fraction,
+        )
 
 
 def load_device_data(device: DeviceData) -> ClientData:

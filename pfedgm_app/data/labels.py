@@ -24,8 +24,7 @@ else:
 # with the hub schema (../shared/data): devices with their own data agree with the model on
 # these by the dataset's name alone, without a copy of it.
 KNOWN_CLASSES: dict[str, tuple[str, ...]] = {
-    "uoft-cs/cifar10": ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
-                        "horse", "ship", "truck"),
+    "uoft-cs/cifar10": tuple("airplane automobile bird cat deer dog frog horse ship truck".split()),
     "ylecun/mnist": tuple("0123456789"),
     "uoft-cs/cifar100": tuple(
         "apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus "
@@ -38,7 +37,7 @@ KNOWN_CLASSES: dict[str, tuple[str, ...]] = {
         "streetcar sunflower sweet_pepper table tank telephone television tiger tractor train "
         "trout tulip turtle wardrobe whale willow_tree wolf woman worm".split()
     ),
-}  # fmt: skip
+}
 
 
 def run_classes(classes: str, dataset: str) -> tuple[str, ...]:
@@ -66,8 +65,10 @@ def class_names(classes: str, dataset: str) -> tuple[str, ...]:
 
 def _dataset_classes(dataset: str) -> tuple[str, ...]:
     """The class names `dataset` declares (see `run_classes`)."""
-    hint = (f"give run-config classes='name0,name1,...' (the model's classes, in order) or a "
-            f"dataset whose class list is known ({sorted(KNOWN_CLASSES)})")  # fmt: skip
+    hint = (
+        f"give run-config classes='name0,name1,...' (the model's classes, in order) or a "
+        f"dataset whose class list is known ({sorted(KNOWN_CLASSES)})"
+    )
     try:
         source = resolve_dataset(dataset)
     except ConfigError as exc:

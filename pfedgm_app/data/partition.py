@@ -126,8 +126,15 @@ def _partition(protocol: Protocol) -> list[np.ndarray]:
     """Pool indices of every client, cached per process."""
     pool = load_pool(protocol.dataset)
     p = protocol  # the partition depends on these, not on the corruption or the roles
-    key = (pool.source, p.num_partitions, p.alpha, p.seed, p.min_train, p.test_fraction,
-           p.pool_size)  # fmt: skip
+    key = (
+        pool.source,
+        p.num_partitions,
+        p.alpha,
+        p.seed,
+        p.min_train,
+        p.test_fraction,
+        p.pool_size,
+    )
     if key not in _PARTITIONS:
         subset = np.arange(len(pool.dataset))
         if 0 < protocol.pool_size < len(subset):

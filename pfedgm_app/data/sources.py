@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config import ConfigError
-from ..models import BACKBONES
+from ..models import GENERATORS
 from .shared import find_shared
 
 if TYPE_CHECKING:
@@ -132,10 +132,10 @@ def _load_pool(source: str) -> PoolInfo:
             "(unlabeled rows, e.g. -1, must be removed from the copy)"
         )
     shape = _image_shape(pool, image_col)
-    if shape not in BACKBONES:
+    if shape not in GENERATORS:
         raise ConfigError(
-            f"dataset {source!r} has images of shape {shape} (C, H, W); the backbones take "
-            f"{list(BACKBONES)} (CIFAR 32x32 color, EMNIST/MNIST 28x28 grayscale, "
+            f"dataset {source!r} has images of shape {shape} (C, H, W); the generators take "
+            f"{list(GENERATORS)} (CIFAR 32x32 color, EMNIST/MNIST 28x28 grayscale, "
             "TinyImageNet 64x64 color)"
         )
     log.info("Loaded %s: %d images, %d classes, shape %s", source, len(pool), num_classes, shape)
@@ -192,15 +192,21 @@ def _image_folder(path: Path) -> datasets.DatasetDict:
     split = bool(subfolders) and all(p.name in SPLIT_NAMES for p in subfolders)
     roots = {p.name: p for p in subfolders} if split else {"train": path}
     classes = sorted({c.name for r in roots.values() for c in r.iterdir() if c.is_dir()})
-    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(
-        names=classes)})  # fmt: skip
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=classes)}
+    )
     splits = {}
     for name, root in roots.items():
         stray = [f.name for f in root.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES]
         if stray:
             raise ConfigError(f"{root}: images outside a class subfolder ({stray[:3]})")
-        files = [(str(f), classes.index(c.name)) for c in sorted(root.iterdir()) if c.is_dir()
-                 for f in sorted(c.iterdir()) if f.suffix.lower() in IMAGE_SUFFIXES]  # fmt: skip
+        files = [
+            (str(f), classes.index(c.name))
+            for c in sorted(root.iterdir())
+            if c.is_dir()
+            for f in sorted(c.iterdir())
+            if f.suffix.lower() in IMAGE_SUFFIXES
+        ]
         images, labels = zip(*files, strict=True) if files else ((), ())
         splits[name] = datasets.Dataset.from_dict(
             {"image": list(images), "label": list(labels)}, features=features

@@ -1,9 +1,10 @@
 """Ditto (Li et al., 2021): FedAvg for the global model plus a personal model per client.
 
 Reference: litian96/ditto, `flearn/trainers_MTL/ditto.py: Server.train` (the personal step
-v <- v - lr * (grad f(v) + lam * (v - w))); the schedule is PFLlib's (`serverditto.py:
-Ditto.train`: `client.ptrain()` on the personal model, then `client.train()` on the global
-copy, each for whole epochs), where the authors' code interleaves one step of each per batch.
+v <- v - lr * (grad f(v) + mu * (v - w)), mu being its `lam`); the schedule is PFLlib's
+(`serverditto.py: Ditto.train`: `client.ptrain()` on the personal model, then `client.train()`
+on the global copy, each for whole epochs), where the authors' code interleaves one step of
+each per batch.
 """
 
 from __future__ import annotations

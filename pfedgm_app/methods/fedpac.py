@@ -1,17 +1,18 @@
 """FedPAC (Xu, Tong & Huang, ICLR 2023): feature alignment + classifier collaboration.
 
-Each round a client (1) extracts its feature statistics (V_i, H_i) with the received body,
-(2) trains its head for `fedpac-head-epochs` (1) at `fedpac-head-learning-rate` (0.1) with the
-body fixed, (3) trains the body for `local-epochs` with the head fixed on cross-entropy plus
-`fedpac-lambda` * MSE(z, c_y), c_y the server's global prototype of class y (the client's own
-class mean from the start of the round where the server has none; no alignment in the first
-round), and (4) sends the body (averaged by the server) plus, in the extras record, its head,
-its class means after training with their counts, and (V_i, H_i). The server combines the
-heads per client (`strategies.FedPAC`) and sends client i its combination with its next message.
+Each round a client (1) extracts its feature statistics (V_i, H_i) with the received
+generator, (2) trains its head for `fedpac-head-epochs` (1) at `fedpac-head-learning-rate` (0.1)
+with the generator fixed, (3) trains the generator for `local-epochs` with the head fixed on
+cross-entropy plus `fedpac-lambda` * MSE(z, c_y), c_y the server's global prototype of class y
+(the client's own class mean from the start of the round where the server has none; no
+alignment in the first round), and (4) sends the generator (averaged by the server) plus, in
+the extras record, its head, its class means after training with their counts, and (V_i, H_i).
+The server combines the heads per client (`strategies.FedPAC`) and sends client i its
+combination with its next message.
 Reference: JianXu95/FedPAC, `methods/fedpac.py: LocalUpdate_FedPAC` (`statistics_extraction`,
 `local_training`) and `running.py: train_round_fedpac` with `tools.py: get_head_agg_weight`
 (the server's combination); these are its settings. Departure: the authors use lr 0.02 for the
-body on CIFAR; the paper's protocol fixes 0.01 for every method, kept here.
+generator on CIFAR; the paper's protocol fixes 0.01 for every method, kept here.
 """
 
 from __future__ import annotations
@@ -50,10 +51,10 @@ class FedPACClient(ClientPlugin):
     sends = ("generator",)  # the head goes in the extras, to be combined, never averaged
 
     def train(self, model: Model, task: ClientTask) -> Reply:
-        settings, gen, head = self.settings, model.generator, model.head
+        settings, generator, head = self.settings, model.generator, model.head
         x, y, num_classes = task.data.x_train, task.data.y_train, task.data.num_classes
         self._receive_head(model, task)
-        z = apply_batched(gen, x)
+        z = apply_batched(generator, x)
         variance, h_ref, local = feature_statistics(z, y, num_classes)
         targets = None
         if wire.PROTOS in task.received:  # from round 2 on
@@ -61,19 +62,19 @@ class FedPACClient(ClientPlugin):
             targets = torch.where(known[:, None], task.received[wire.PROTOS], local)
 
         step = supervised_step(model)
-        with frozen(gen):
+        with frozen(generator):
             task.epochs(step, head.parameters(), settings.head_epochs, settings.head_learning_rate)
 
         def aligned_step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-            zb = gen(xb)
+            zb = generator(xb)
             loss = F.cross_entropy(head(model.dropout(zb)), yb)
             if targets is not None:
                 loss = loss + settings.lambda_ * F.mse_loss(zb, targets[yb])
             return loss
 
         with frozen(head):
-            metrics = task.epochs(aligned_step, gen.parameters(), task.cfg.local_epochs)
-        protos, counts = class_means(apply_batched(gen, x), y, num_classes, local)
+            metrics = task.epochs(aligned_step, generator.parameters(), task.cfg.local_epochs)
+        protos, counts = class_means(apply_batched(generator, x), y, num_classes, local)
         weights = model.state_dict()
         extras = {
             **{k: weights[k] for k in model.part_keys("head")},
@@ -85,7 +86,7 @@ class FedPACClient(ClientPlugin):
         return self.send(model, task, metrics, extras)
 
     def personalize(self, model: Model, task: ClientTask) -> Personalized:
-        """The client's combined head (from its last round) on the final global body."""
+        """The client's combined head (from its last round) on the final global generator."""
         self._receive_head(model, task)
         return super().personalize(model, task)
 
@@ -102,9 +103,10 @@ FEDPAC = Method(
     "FedPAC",
     FedPACClient,
     "FedPAC (Xu et al., ICLR 2023): `fedpac-head-epochs` (1) head epochs at "
-    "`fedpac-head-learning-rate` (0.1), then `local-epochs` body epochs on CE + `fedpac-lambda` "
-    "(1.0) × MSE to the global class prototypes; the server combines the participants' heads "
-    "per client from their feature statistics (a simplex QP); the head never joins the average",
+    "`fedpac-head-learning-rate` (0.1), then `local-epochs` generator epochs on CE + "
+    "`fedpac-lambda` (1.0) × MSE to the global class prototypes; the server combines the "
+    "participants' heads per client from their feature statistics (a simplex QP); the head "
+    "never joins the average",
     strategy=FedPAC,
     settings=FedPACSettings,
 )

@@ -2,12 +2,12 @@
 
 The head is a linear discriminant (LDA) classifier derived from Gaussian class-conditional
 statistics: class means mu (K, d), one shared covariance Sigma (d, d), and the client's label
-priors pi. Each round a client trains the body only, with the head derived from the global
+priors pi. Each round a client trains the generator only, with the head derived from the global
 (mu, Sigma) and held fixed; it then estimates its local statistics from the features seen during
 training, interpolates them with the global ones, beta * local + (1 - beta) * global (one beta
 for the means, one for the covariance, chosen by `pfedfda-cv-folds`-fold cross-validation on
-its own features), and sends the body and the interpolated statistics; the server averages both
-by `num-examples` (`strategies.PFedFDA`).
+its own features), and sends the generator and the interpolated statistics; the server averages
+both by `num-examples` (`strategies.PFedFDA`).
 
 Reference: cj-mclaughlin/pFedFDA, `clients/client_fedfda.py: ClientFedFDA` (`train`,
 `solve_beta`, `update`) and `servers/server_fedfda.py: ServerFedFDA.aggregate_models`; the
@@ -152,32 +152,33 @@ def _mix(beta, mu, cov, global_mu, global_cov):
 
 
 class PFedFDAClient(ClientPlugin):
-    """pFedFDA client: body trained under the fixed global LDA head; statistics adapted locally."""
+    """pFedFDA client: the generator trained under the fixed global LDA head; statistics adapted
+    locally."""
 
     def build_model(self, image_shape: tuple[int, int, int], num_classes: int) -> Model:
         return build_model(image_shape, lambda dim: LDAHead(num_classes, dim))
 
     def train(self, model: Model, task: ClientTask) -> Reply:
-        gen, head, data = model.generator, model.head, task.data
+        generator, head, data = model.generator, model.head, task.data
         priors = local_priors(data.y_train, data.num_classes)
         head.fit_(head.mu, head.cov, priors)
         seen_z, seen_y = [], []
 
         def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-            z = gen(xb)
+            z = generator(xb)
             seen_z.append(z.detach())
             seen_y.append(yb)
             return F.cross_entropy(head(model.dropout(z)), yb)
 
-        metrics = task.epochs(step, gen.parameters(), task.cfg.local_epochs)
+        metrics = task.epochs(step, generator.parameters(), task.cfg.local_epochs)
         # The statistics come from the features seen while training (all epochs), as in
         # pFedFDA's code: no extra forward pass.
         betas = self._adapt_(head, torch.cat(seen_z), torch.cat(seen_y), priors, task)
         return self.send(model, task, {**metrics, **betas})
 
     def personalize(self, model: Model, task: ClientTask) -> Personalized:
-        """Statistics from the final body's features of the train split, adapted as in training;
-        the model is the final body under the adapted LDA head."""
+        """Statistics from the final generator's features of the train split, adapted as in
+        training; the model is the final generator under the adapted LDA head."""
         head, data = model.head, task.data
         z_train = apply_batched(model.generator, data.x_train)
         z_test = apply_batched(model.generator, data.x_test)
@@ -204,8 +205,8 @@ PFEDFDA = Method(
     "pfedfda",
     "pFedFDA",
     PFedFDAClient,
-    "pFedFDA (McLaughlin et al., NeurIPS 2024): body trained under a fixed LDA head built from "
-    "the global class means and shared covariance; local statistics interpolated with the "
+    "pFedFDA (McLaughlin et al., NeurIPS 2024): generator trained under a fixed LDA head built "
+    "from the global class means and shared covariance; local statistics interpolated with the "
     "global ones, one coefficient for the means and one for the covariance, each in [0, 1], "
     "chosen by `pfedfda-cv-folds` (2)-fold cross-validation with L-BFGS",
     strategy=PFedFDA,

@@ -20,20 +20,33 @@ class PFedGMClient(ClientPlugin):
     def _shared(self, task: ClientTask) -> dict:
         """The keyword arguments both phases take from the run: lambda, SGD, batches, RNG."""
         cfg = task.cfg
-        return {"lam": self.settings.lambda_, "momentum": cfg.momentum, "rng": task.rng,
-                "weight_decay": cfg.weight_decay, "batch_size": cfg.batch_size,
-                "objective_scale": self.settings.objective_scale}  # fmt: skip
+        return {
+            "lambda_": self.settings.lambda_,
+            "momentum": cfg.momentum,
+            "rng": task.rng,
+            "weight_decay": cfg.weight_decay,
+            "batch_size": cfg.batch_size,
+            "objective_scale": self.settings.objective_scale,
+        }
 
     def train(self, model: Model, task: ClientTask) -> Reply:
         """Phase 1 on client i in round r: `phases.train_round` (Algorithm 1's client step)."""
         data, cfg, settings = task.data, task.cfg, self.settings
         metrics = train_round(
-            model.generator, model.head, (data.x_train, data.y_train), **self._shared(task),
-            epochs=cfg.local_epochs, lr=cfg.learning_rate, dropout=model.dropout,
-            personalized=settings.personalized_objective, decoupling=settings.decoupling,
-            prototype_step=settings.prototype_step, navigator_lr_scale=settings.navigator_lr_scale,
-            head_decay=settings.head_decay, rc_input=settings.rc_input,
-        )  # fmt: skip
+            model.generator,
+            model.head,
+            (data.x_train, data.y_train),
+            **self._shared(task),
+            epochs=cfg.local_epochs,
+            lr=cfg.learning_rate,
+            dropout=model.dropout,
+            personalized=settings.personalized_objective,
+            decoupling=settings.decoupling,
+            prototype_step=settings.prototype_step,
+            navigator_lr_scale=settings.navigator_lr_scale,
+            head_decay=settings.head_decay,
+            rc_input=settings.rc_input,
+        )
         return self.send(model, task, metrics)
 
     def personalize(self, model: Model, task: ClientTask) -> Personalized:
@@ -42,12 +55,18 @@ class PFedGMClient(ClientPlugin):
         that head (under `adaptation`, the head of that ablation point)."""
         settings, data = self.settings, task.data
         head, result = personalized_head(
-            model.generator, model.head, (data.x_train, data.y_train),
-            (data.x_test, data.y_test), **self._shared(task), epochs=settings.personal_epochs,
-            lr=settings.personal_learning_rate, lbfgs_lr=settings.lbfgs_learning_rate,
-            lbfgs_max_iter=settings.lbfgs_max_iter, lbfgs_cycles=settings.lbfgs_cycles,
+            model.generator,
+            model.head,
+            (data.x_train, data.y_train),
+            (data.x_test, data.y_test),
+            **self._shared(task),
+            epochs=settings.personal_epochs,
+            lr=settings.personal_learning_rate,
+            lbfgs_lr=settings.lbfgs_learning_rate,
+            lbfgs_max_iter=settings.lbfgs_max_iter,
+            lbfgs_cycles=settings.lbfgs_cycles,
             adaptation=settings.adaptation,
-        )  # fmt: skip
+        )
         result.pop("num-test")  # the ClientApp reports the sizes
         return Personalized(result, Model(model.generator, head))
 

@@ -43,13 +43,13 @@ def moreau_step_(
     personal: nn.Module,
     anchor: list[torch.Tensor],
     loss_fn: Callable[[], torch.Tensor],
-    lam: float,
+    lambda_: float,
     lr: float,
     steps: int,
     tolerance: float = 0.0,
     weight_decay: float = 0.0,
 ) -> tuple[torch.Tensor, float]:
-    """Approximately minimize h(theta) = loss_fn() + lam/2 ||theta - anchor||^2
+    """Approximately minimize h(theta) = loss_fn() + lambda/2 ||theta - anchor||^2
     + weight_decay/2 ||theta||^2 over `personal`'s parameters, in place, by at most `steps`
     gradient steps of size `lr`; stops once ||grad h(theta)|| <= `tolerance`.
 
@@ -67,7 +67,7 @@ def moreau_step_(
         grads = torch.autograd.grad(loss, params)
         with torch.no_grad():
             return loss.detach(), [
-                g + lam * (p - w) + weight_decay * p
+                g + lambda_ * (p - w) + weight_decay * p
                 for g, p, w in zip(grads, params, anchor, strict=True)
             ]
 
@@ -105,12 +105,15 @@ class PFedMeClient(ClientPlugin):
     def personalize(self, model: Model, task: ClientTask) -> Personalized:
         global_acc = accuracy_on_test(model, task)
         personal, metrics = self._client_update(model, task)
-        return Personalized({
-            "accuracy": accuracy_on_test(personal, task),  # theta: the client's model
-            "acc-local-model": accuracy_on_test(model, task),  # w_i
-            "acc-global": global_acc,
-            "pfedme-inner-grad-norm": metrics["pfedme-inner-grad-norm"],
-        }, personal)  # fmt: skip
+        return Personalized(
+            {
+                "accuracy": accuracy_on_test(personal, task),  # theta: the client's model
+                "acc-local-model": accuracy_on_test(model, task),  # w_i
+                "acc-global": global_acc,
+                "pfedme-inner-grad-norm": metrics["pfedme-inner-grad-norm"],
+            },
+            personal,
+        )
 
     def _client_update(self, model: Model, task: ClientTask) -> tuple[Model, dict]:
         """One round of pFedMe on `model` (w, updated in place); returns theta and metrics."""
@@ -142,8 +145,9 @@ class PFedMeClient(ClientPlugin):
         epochs = cfg.local_epochs
         if settings.local_batches:  # R mini-batches: one pass over R batches of a seeded draw
             need = settings.local_batches * cfg.batch_size
-            draws = torch.cat([torch.randperm(len(x), generator=task.rng)
-                               for _ in range(-(-need // len(x)))])[:need]  # fmt: skip
+            draws = torch.cat(
+                [torch.randperm(len(x), generator=task.rng) for _ in range(-(-need // len(x)))]
+            )[:need]
             x, y, epochs = x[draws.to(x.device)], y[draws.to(y.device)], 1
         metrics = run_epochs(step, x, y, None, epochs, cfg.batch_size, task.rng)
         metrics["pfedme-inner-grad-norm"] = sum(norms) / max(len(norms), 1)

@@ -1,4 +1,5 @@
-"""Methods that split the model into a body (the generator) and a head and treat them apart."""
+"""Methods that split the model into the generator and a head and treat them apart (the
+baselines' papers call the generator the body, base or representation)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from .fedavg import FedAvgFTClient, fine_tune
 
 
 class FedPerClient(ClientPlugin):
-    """FedPer (Arivazhagan et al., 2019): the body (base layers) is averaged, the head
+    """FedPer (Arivazhagan et al., 2019): the generator (base layers) is averaged, the head
     (personalization layers) stays on each client; both train together locally. A client is
-    evaluated with its own head on the final global body.
+    evaluated with its own head on the final global generator.
 
     Reference (no official code): PFLlib, `system/flcore/clients/clientper.py: clientPer`
     (`set_parameters` copies the base only) and `servers/serverper.py: FedPer.receive_models`.
@@ -47,12 +48,12 @@ class LGFedAvgClient(ClientPlugin):
 
 
 class FedBABUClient(FedAvgFTClient):
-    """FedBABU (Oh et al., 2022): only the body is trained and averaged; the head keeps its random
-    initialization during federated training; at the end each client fine-tunes the whole model
-    (`finetune-epochs`) on its data before evaluation.
+    """FedBABU (Oh et al., 2022): only the generator is trained and averaged; the head keeps its
+    random initialization during federated training; at the end each client fine-tunes the whole
+    model (`finetune-epochs`) on its data before evaluation.
 
     Reference: jhoon-oh/FedBABU, `main_fed.py` (`local_upt_part='body'`, head lr 0) and the
-    personalization cell of `analysis.ipynb` (5 epochs of body and head); PFLlib's
+    personalization cell of `analysis.ipynb` (5 epochs of generator and head); PFLlib's
     `clientbabu.py: fine_tune` also tunes base and head (`finetune-part=head`: the head only).
     Departure: the fine-tuning uses the protocol's SGD (lr 0.01, momentum 0.5, weight decay
     5e-4), as FedAvgFT does, where the authors' notebook uses lr 1e-3, momentum 0.9, no weight
@@ -69,18 +70,19 @@ class FedBABUClient(FedAvgFTClient):
 
 class FedRepClient(ClientPlugin):
     """FedRep (Collins et al., 2021): each round, the client first trains its local head with the
-    received body fixed (`fedrep-head-epochs`), then the body with the head fixed
-    (`local-epochs`, the protocol's), and sends the body only; the head never leaves the client.
-    At the end every client refits its head on the final global body (`fedrep-refit-epochs`)
-    before evaluation.
+    received generator fixed (`fedrep-head-epochs`), then the generator with the head fixed
+    (`local-epochs`, the protocol's), and sends the generator only; the head never leaves the
+    client. At the end every client refits its head on the final global generator
+    (`fedrep-refit-epochs`) before evaluation.
 
     Reference: lgcollins/FedRep, `models/Update.py: LocalUpdate.train` (head epochs first, then
-    `local_rep_ep` body epochs; `last=True`: head only for max(10, .) epochs) and
-    `main_fedrep.py` (a final round over every client). Defaults: the body gets the protocol's
-    5 epochs; the head 1 epoch per round, as PFLlib's `clientrep.py` (`plocal_epochs=1`), which
-    matches the paper's FedRep cost; the authors' CIFAR scripts run 10 head epochs
-    (`--local_ep 15 --local_rep_ep 5`): `fedrep-head-epochs=10`. Departure: the protocol's SGD
-    for both parts (the authors' momentum is 0.5 too, weight decay 1e-4 on weights only).
+    `local_rep_ep` generator epochs; `last=True`: head only for max(10, .) epochs) and
+    `main_fedrep.py` (a final round over every client). Defaults: the generator gets the
+    protocol's 5 epochs; the head 1 epoch per round, as PFLlib's `clientrep.py`
+    (`plocal_epochs=1`), which matches the paper's FedRep cost; the authors' CIFAR scripts run 10
+    head epochs (`--local_ep 15 --local_rep_ep 5`): `fedrep-head-epochs=10`. Departure: the
+    protocol's SGD for both parts (the authors' momentum is 0.5 too, weight decay 1e-4 on weights
+    only).
     """
 
     sends = ("generator",)
@@ -93,7 +95,7 @@ class FedRepClient(ClientPlugin):
         return self.send(model, task, metrics)
 
     def personalize(self, model: Model, task: ClientTask) -> Personalized:
-        global_acc = accuracy_on_test(model, task)  # its last head, the final body
+        global_acc = accuracy_on_test(model, task)  # its last head, the final generator
         fine_tune(model, task, self.settings.refit_epochs, "head")
         metrics = {"accuracy": accuracy_on_test(model, task), "acc-global": global_acc}
         return Personalized(metrics, model)
@@ -103,7 +105,7 @@ FEDPER = Method(
     "fedper",
     "FedPer",
     FedPerClient,
-    "FedPer (Arivazhagan et al., 2019): global body, local head (never sent)",
+    "FedPer (Arivazhagan et al., 2019): global generator, local head (never sent)",
 )
 LGFEDAVG = Method(
     "lgfedavg",
@@ -117,7 +119,7 @@ FEDBABU = Method(
     "fedbabu",
     "FedBABU",
     FedBABUClient,
-    "FedBABU (Oh et al., ICLR 2022): body trained with the randomly initialized head fixed; "
+    "FedBABU (Oh et al., ICLR 2022): generator trained with the randomly initialized head fixed; "
     "the whole model fine-tuned `finetune-epochs` (5) per client at the end",
     settings=FineTune,
 )
@@ -126,7 +128,8 @@ FEDREP = Method(
     "FedRep",
     FedRepClient,
     "FedRep (Collins et al., ICML 2021): per round, `fedrep-head-epochs` (1) head epochs with "
-    "the body fixed, then `local-epochs` body epochs with the head fixed; only the body is sent; "
-    "at the end each head refit `fedrep-refit-epochs` (10) on the final body",
+    "the generator fixed, then `local-epochs` generator epochs with the head fixed; only the "
+    "generator is sent; at the end each head refit `fedrep-refit-epochs` (10) on the final "
+    "generator",
     settings=FedRepSettings,
 )

@@ -1,21 +1,20 @@
 """What a table's cell holds, read from the runs of a results folder (`grid.Run.folder`).
 
 A cell over several seeds: the mean of the seeds' means (each weighted by client test-set size,
-as `summary.json`'s `mean_accuracy`) and the mean of their stds across clients (the paper's
+as `summary.json`'s `mean-accuracy`) and the mean of their stds across clients (the paper's
 parenthesis: the spread between clients, not between seeds); the seeds' own spread is in the
 paired differences (`paired.per_seed`).
 """
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import wire
 from ..plots import EVAL_MEAN, EVAL_STD
 from ..run_folder import RunFolder
-from ..strategies.personalize import accuracy_stats
+from ..strategies.personalization_result import accuracy_stats
 from .grid import Row
 from .paired import PerClient
 
@@ -67,13 +66,8 @@ def seed_folders(out: Path, column: str, run: str) -> dict[int, Path]:
 def client_rows(folder: Path, metric: str) -> dict[int, tuple[float, int]]:
     """{partition-id: (metric in percent, test-set size)} from a run's `clients.csv`; a client
     without the metric (a failed reply) is left out."""
-    rows = {}
-    with RunFolder(folder).clients.open() as f:
-        for row in csv.DictReader(f):
-            value = row.get(metric, "")
-            if value not in ("", None):
-                rows[int(row[wire.PARTITION_ID])] = (100 * float(value), int(row[wire.NUM_TEST]))
-    return rows
+    return {int(row[wire.PARTITION_ID]): (row[metric], int(row[wire.NUM_TEST]))
+            for row in RunFolder(folder).read_clients() if metric in row}  # fmt: skip
 
 
 def read_cell(out: Path, column: str, row: Row) -> Cell | None:
@@ -92,7 +86,7 @@ def read_cell(out: Path, column: str, row: Row) -> Cell | None:
             differences += [d for d in found if d not in differences]
         mean, std, _ = accuracy_stats([v for v, _ in rows.values()], [w for _, w in rows.values()])
         means.append(mean), stds.append(std)
-        minutes.append(summary.get("seconds_total", float("nan")) / 60)
+        minutes.append(summary.get("seconds-total", float("nan")) / 60)
         rounds.add(int(summary.get("rounds", 0)))
         per_client.update({(seed, pid): v for pid, v in rows.items()})
     if not means:
@@ -115,8 +109,8 @@ def curve(out: Path, column: str, run: str) -> dict[int, tuple[float, float]]:
                 points[int(entry["round"])] = (entry[EVAL_MEAN], entry.get(EVAL_STD) or 0.0)
         # the final evaluation, also where `rounds.jsonl` predates holding it
         summary = stored.read_summary()
-        if summary.get("mean_accuracy") is not None:
-            points[int(summary["rounds"])] = (summary["mean_accuracy"], summary["std_accuracy"])
+        if summary.get("mean-accuracy") is not None:
+            points[int(summary["rounds"])] = (summary["mean-accuracy"], summary["std-accuracy"])
         for r, point in points.items():
             by_round.setdefault(r, []).append(point)
     return {r: (sum(m for m, _ in v) / len(v), sum(s for _, s in v) / len(v))

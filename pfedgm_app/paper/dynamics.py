@@ -47,8 +47,8 @@ def accuracy_points(run_dir: Path) -> tuple[list[int], list[float]]:
         r["round"]: r[EVAL_MEAN] for r in read_rounds(run_dir) if r.get(EVAL_MEAN) is not None
     }
     folder = RunFolder(run_dir)
-    if folder.finished and (final := folder.read_summary()).get("mean_accuracy"):
-        points[int(final["rounds"])] = final["mean_accuracy"]
+    if folder.finished and (final := folder.read_summary()).get("mean-accuracy"):
+        points[int(final["rounds"])] = final["mean-accuracy"]
     return sorted(points), [points[r] for r in sorted(points)]
 
 

@@ -139,8 +139,10 @@ def unknown_run(run_id: str, output_dir: Path) -> str:
     why = f"run {run_id} is unknown to this SuperLink (it was restarted, or lost its database)"
     if RunFolder(output_dir).finished:
         return f"{why}, but it finished: its summary.json is in {output_dir}"
-    return (f"{why}; what it wrote is in {output_dir}: run it again with resume=true to "
-            "continue from its last checkpoint")  # fmt: skip
+    return (
+        f"{why}; what it wrote is in {output_dir}: run it again with resume=true to "
+        "continue from its last checkpoint"
+    )
 
 
 def _json_object(stdout: str) -> dict:
@@ -266,8 +268,9 @@ def flwr(
     args: list[str], env: dict[str, str], check: bool = True, timeout: float | None = None
 ) -> subprocess.CompletedProcess:
     cmd = [flwr_command(), *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, check=check,
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        cmd, env=env, capture_output=True, text=True, check=check, timeout=timeout
+    )
 
 
 def free_port() -> int:

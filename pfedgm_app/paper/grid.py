@@ -130,6 +130,21 @@ TABLES: dict[str, Table] = {t.name: t for t in (
            Row("gm-d", "G.M. + D.", "pfedgm", {"method": "pfedgm"}))),
     Table("readings", "Phase 1's open readings: validation accuracy (%)", STUDY_COLUMNS,
           READINGS),
+    # The navigator's initial scale (docs/notes/navigator-init.md): mu^0 from N(0, 1), the
+    # default, against N(0, 1/d), beside pFedFDA; each run's global model alone (`acc-global`:
+    # pFedGM's navigator, pFedFDA's global Gaussian head) as a row of its own.
+    Table("navigator", "The navigator's initial scale: N(0, 1) against N(0, 1/d)",
+          ("cifar100-dir05", "cifar10-dir05", "cifar100-dir01", "cifar10-dir01",
+           "cifar10s-dir05-100c", "tinyimagenet-dir01"),
+          (_variant("scaled", "pFedGM, N(0, 1/d)", **{"navigator-init": "scaled"}),
+           method_row("pfedfda"),
+           Row("global", "pFedGM's navigator alone", "pfedgm", {"method": "pfedgm"},
+               "acc-global"),
+           Row("scaled-global", "pFedGM's navigator alone, N(0, 1/d)", "pfedgm-scaled",
+               {"method": "pfedgm", "navigator-init": "scaled"}, "acc-global"),
+           Row("pfedfda-global", "pFedFDA's global head alone", "pfedfda",
+               {"method": "pfedfda"}, "acc-global"),
+           PFEDGM)),
 )}  # fmt: skip
 
 

@@ -22,10 +22,17 @@ from __future__ import annotations
 Cell = tuple[float, float | None]
 Table = dict[str, dict[str, Cell]]
 
-STANDARD = [f"{d}-{a}" for d in ("emnist", "cifar10", "cifar100", "tinyimagenet")
-            for a in ("dir01", "dir05")]  # fmt: skip
-CORRUPTION = [f"{d}s-{a}-{c}" for d in ("cifar10", "cifar100") for a in ("dir01", "dir05")
-              for c in ("50c", "100c")]  # fmt: skip
+STANDARD = [
+    f"{d}-{a}"
+    for d in ("emnist", "cifar10", "cifar100", "tinyimagenet")
+    for a in ("dir01", "dir05")
+]
+CORRUPTION = [
+    f"{d}s-{a}-{c}"
+    for d in ("cifar10", "cifar100")
+    for a in ("dir01", "dir05")
+    for c in ("50c", "100c")
+]
 MODERATE = [f"moderate-{c}" for c in STANDARD]
 RUNTIME = ["cifar10-dir05", "cifar100-dir05"]  # the paper's runtime table is on Dir(0.5)
 # Decoupling: the paper's columns are CIFAR-10S/100S Dir(0.1)/(0.5); its G.M. + D. row equals
@@ -36,12 +43,14 @@ DECOUPLING = [c for c in CORRUPTION if c.endswith("-100c")]
 # motion -> motion_blur, defocus -> defocus_blur, gaussian -> gaussian_noise, shot ->
 # shot_noise, impulse -> impulse_noise, jpeg -> jpeg_compression; clean, frost, fog,
 # brightness, contrast as they are.
+# fmt: off
 GENERALIZATION = ["original", "clean", "motion_blur", "defocus_blur", "gaussian_noise",
                   "shot_noise", "impulse_noise", "frost", "fog", "jpeg_compression",
-                  "brightness", "contrast"]  # fmt: skip
+                  "brightness", "contrast"]
 # The paper's method columns; its "FedBAU" is FedBABU.
 GENERALIZATION_METHODS = ["fedavg", "fedavgft", "fedbabu", "pfedme", "lgfedavg", "fedpac",
-                          "pfedfda", "pfedgm"]  # fmt: skip
+                          "pfedfda", "pfedgm"]
+# fmt: on
 
 
 def _table(columns: list[str], rows: dict[str, list[tuple[float, float]]]) -> Table:
@@ -66,6 +75,7 @@ def _transpose(table: Table) -> Table:
     return {c: {row: cells[c] for row, cells in table.items()} for c in columns}
 
 
+# fmt: off
 PUBLISHED: dict[str, Table] = {
     "standard": _table(STANDARD, {
         "local": [(86.56, 12), (71.00, 11), (86.43, 13), (58.64, 13),
@@ -183,4 +193,5 @@ PUBLISHED: dict[str, Table] = {
         "gm-c": [(89.63, 9.8), (74.02, 8.3), (51.65, 9.0), (36.01, 6.6)],
         "gm-d": [(89.67, 9.5), (74.26, 8.4), (53.72, 8.3), (36.58, 6.6)],
     }),
-}  # fmt: skip
+}
+# fmt: on

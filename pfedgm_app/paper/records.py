@@ -20,7 +20,8 @@ from typing import Any
 
 from ..run_folder import RunFolder
 
-# Keys whose values are paths: config.json's run-config keys, summary.json's snake_case ones
+# Keys whose values are paths: config.json's run-config keys and summary.json's, in kebab-case
+# (format version 2) or snake_case (version 1: records are rewritten in the version they have)
 PATH_KEYS = ("dataset", "output-dir", "output_dir", "frost-dir", "initial-model",
              "client-state-dir")  # fmt: skip
 OUTPUT_KEYS = ("output-dir", "output_dir")

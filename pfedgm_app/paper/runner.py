@@ -3,7 +3,8 @@
 A run whose folder holds `summary.json` is done and skipped; one that left `checkpoint.pt`
 continues from it (`resume=true`), so a stopped grid goes on where it stopped. Runs go through
 Flower's simulation engine (`flwr run`, `flwr_cli.run_app`) or, from a checkout of the
-repository, the in-process driver (`devtools.inprocess`: the same per-client results, no Ray).
+repository, the in-process driver (`pfedgm_app.paper.inprocess`: the same per-client results, no
+Ray).
 """
 
 from __future__ import annotations
@@ -144,15 +145,13 @@ def _tick(progress: Progress, stop: threading.Event, every: float) -> None:
 def _engine(engine: Engine) -> Callable[[dict, int], str]:
     """A function running one run-config on N SuperNodes, returning "ok" or what went wrong."""
     if engine.name == "inprocess":
-        if str(engine.app_dir) not in sys.path:  # devtools/ sits beside pfedgm_app/ in a checkout
-            sys.path.append(str(engine.app_dir))
-        try:
-            from devtools.inprocess import run_inprocess
-        except ImportError:
+        from .inprocess import APP_DIR, run_inprocess
+
+        if not (APP_DIR / "pyproject.toml").exists():  # the components it loads are named there
             raise ValueError(
-                "--engine inprocess needs the repository's devtools/: run pfedgm-paper from the "
-                "root of a checkout, or use --engine flwr"
-            ) from None
+                "--engine inprocess runs the app of a checkout (pip install -e .); "
+                "an installed copy runs with --engine flwr --app APP_DIR"
+            )
 
         def inprocess(cfg: dict, n: int) -> str:
             try:

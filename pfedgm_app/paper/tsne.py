@@ -44,7 +44,7 @@ def _run(run_dir: Path) -> tuple[Any, Any, Protocol]:
     config = _json(folder.read_config, folder.config)
     keys = {k: v for k, v in config.items() if k in run_config_keys()}  # less num-clients, ...
     cfg, _, settings = parse_run_config({**keys, "preset": ""})  # its keys are already final
-    num = config.get("num-clients") or _json(folder.read_summary, folder.summary)["num_clients"]
+    num = config.get("num-clients") or _json(folder.read_summary, folder.summary)["num-clients"]
     return cfg, settings, Protocol.of(cfg, int(num))
 
 

@@ -2,8 +2,8 @@
 
 from .admission import ReplyAdmission
 from .fedpac import FedPAC
-from .personalize import PersonalizationResult, summarize
-from .personalized import PersonalizedFedAvg, merge_arrays
+from .personalization_result import PersonalizationResult, summarize
+from .personalized_fedavg import PersonalizedFedAvg, merge_arrays
 from .pfedfda import PFedFDA
 from .pfedgm import PFedGM
 from .sampling import sample_nodes, wait_for_nodes

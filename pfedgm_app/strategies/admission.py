@@ -50,8 +50,9 @@ class ReplyAdmission:
             problem = self.extras_problem(content.array_records[wire.EXTRAS])
         return problem or self.reject_reason(content)
 
-    def checked_problem(self, msg: Message, current: ArrayRecord | None, seen: set[int],
-                        server_round: int) -> str | None:  # fmt: skip
+    def checked_problem(
+        self, msg: Message, current: ArrayRecord | None, seen: set[int], server_round: int
+    ) -> str | None:
         """`reply_problem`, a second reply of a node or one from a node not sampled, and
         whatever the checks raise: nothing a reply holds can raise in the server."""
         node = msg.metadata.src_node_id

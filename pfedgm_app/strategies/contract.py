@@ -42,8 +42,9 @@ def decode(key: str, array: object) -> tuple[np.ndarray | None, str | None]:
     if not isinstance(values, np.ndarray):
         return None, f"'{key}' is not an array"
     if (str(values.dtype), values.shape) != declared:
-        return None, (f"'{key}' declares {declared[0]} {declared[1]} but holds "
-                      f"{values.dtype} {values.shape}")  # fmt: skip
+        return None, (
+            f"'{key}' declares {declared[0]} {declared[1]} but holds {values.dtype} {values.shape}"
+        )
     if size > values.nbytes + MAX_HEADER_BYTES:
         return None, f"'{key}' carries {size - values.nbytes} bytes beyond its values"
     return values, None
@@ -110,8 +111,10 @@ def train_reply_problem(
                 return problem
             ours = current[key]
             if values.shape != tuple(ours.shape) or str(values.dtype) != str(ours.dtype):
-                return (f"'{key}' is {values.dtype} {values.shape}, the model's is "
-                        f"{ours.dtype} {tuple(ours.shape)}")  # fmt: skip
+                return (
+                    f"'{key}' is {values.dtype} {values.shape}, the model's is "
+                    f"{ours.dtype} {tuple(ours.shape)}"
+                )
     for name in sorted(names):
         if problem := arrays_problem(content.array_records[name]):
             return problem
@@ -161,9 +164,11 @@ def query_reply_problem(info: Mapping[str, object]) -> str | None:
         if float(value) != int(value):
             return f"'{key}' must be an integer, got {value!r}"
     shape = info.get(wire.IMAGE_SHAPE)
-    if not (isinstance(shape, list) and len(shape) == 3
-            and all(number_problem("d", d, 1, 4096) is None and float(d) == int(d)
-                    for d in shape)):  # fmt: skip
+    if not (
+        isinstance(shape, list)
+        and len(shape) == 3
+        and all(number_problem("d", d, 1, 4096) is None and float(d) == int(d) for d in shape)
+    ):
         return f"'{wire.IMAGE_SHAPE}' must be [C, H, W] of positive integers, got {shape!r}"[:160]
     if wire.DATA_SECONDS in info:
         return number_problem(wire.DATA_SECONDS, info[wire.DATA_SECONDS], 0, MAX_METRIC)

@@ -1,9 +1,9 @@
-"""Server side of FedPAC (Xu, Tong & Huang, ICLR 2023): body averaging, global prototypes and
+"""Server side of FedPAC (Xu, Tong & Huang, ICLR 2023): generator averaging, global prototypes and
 the per-client classifier combination.
 
 Usable by any Flower project whose clients put, in the reply's `wire.EXTRAS` ArrayRecord, their head
 arrays (names given by `head_keys`), `protos` (K, d) class means, `class-counts` (K,),
-`variance` (1,) = V_i and `h-ref` (K, d) = H_i (FedPAC's feature statistics). The body travels
+`variance` (1,) = V_i and `h-ref` (K, d) = H_i (FedPAC's feature statistics). The generator travels
 in the usual "arrays" record and is averaged by `num-examples`. Each message to a node then
 carries, in `wire.EXTRAS`, the global prototypes (`protos`, `protos-count`) and, once the node has
 trained, the head combined for it.
@@ -19,7 +19,7 @@ from flwr.app import Array, ArrayRecord
 
 from .. import wire
 from .contract import arrays_problem
-from .personalized import PersonalizedFedAvg
+from .personalized_fedavg import PersonalizedFedAvg
 
 
 def simplex_qp(P: np.ndarray, iterations: int = 5000, tol: float = 1e-10) -> np.ndarray:
@@ -71,7 +71,7 @@ def combination_weights(
 
 
 class FedPAC(PersonalizedFedAvg):
-    """FedPAC: FedAvg of the body; global prototypes c_k = sum_i n_ik c_ik / sum_i n_ik over
+    """FedPAC: FedAvg of the generator; global prototypes c_k = sum_i n_ik c_ik / sum_i n_ik over
     this round's participants; each participant's next head = sum_j alpha_ij w_j over the
     participants' post-training heads (`combination_weights`).
 
@@ -98,18 +98,22 @@ class FedPAC(PersonalizedFedAvg):
         self.last_weights: dict[int, dict[int, float]] = {}  # node -> {node: alpha}, for logs
 
     def state(self) -> dict[str, Any]:
-        """The global prototypes and each client's combined head (by its rank), with the
-        sampling state."""
-        rank = (lambda n: n) if self.node_ranks is None else self.node_ranks.__getitem__
-        heads = {rank(n): h for n, h in self.heads.items()}
-        return {**super().state(), "protos": self.global_protos,
-                "protos-count": self.protos_count, "heads": heads}  # fmt: skip
+        """The global prototypes and each client's combined head (by its partition id), with
+        the sampling state."""
+        by = self.node_partitions
+        heads = {n if by is None else by[n]: h for n, h in self.heads.items()}
+        return {
+            **super().state(),
+            "protos": self.global_protos,
+            "protos-count": self.protos_count,
+            "heads": heads,
+        }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         super().load_state(state)
         self.global_protos, self.protos_count = state["protos"], state["protos-count"]
-        node = {r: n for n, r in (self.node_ranks or {}).items()}
-        self.heads = {node.get(r, r): h for r, h in state["heads"].items()}
+        node = {p: n for n, p in (self.node_partitions or {}).items()}
+        self.heads = {node.get(p, p): h for p, h in state["heads"].items()}
 
     def extras_problem(self, extras: ArrayRecord) -> str | None:
         """The statistics FedPAC's combination needs, of consistent shapes: `protos` and
@@ -122,8 +126,12 @@ class FedPAC(PersonalizedFedAvg):
             return problem
         protos = extras[wire.PROTOS].numpy()
         expected = self.global_protos.shape if self.global_protos is not None else protos.shape
-        shapes = {wire.PROTOS: expected, wire.H_REF: expected, wire.CLASS_COUNTS: expected[:1],
-                  wire.VARIANCE: (1,)}  # fmt: skip
+        shapes = {
+            wire.PROTOS: expected,
+            wire.H_REF: expected,
+            wire.CLASS_COUNTS: expected[:1],
+            wire.VARIANCE: (1,),
+        }
         for key, shape in shapes.items():
             if len(expected) != 2 or tuple(extras[key].shape) != tuple(shape):
                 return f"extras '{key}' has shape {tuple(extras[key].shape)}, expected {shape}"

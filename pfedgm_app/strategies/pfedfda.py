@@ -1,7 +1,7 @@
-"""Server side of pFedFDA (McLaughlin et al., NeurIPS 2024): FedAvg of the body and of the
+"""Server side of pFedFDA (McLaughlin et al., NeurIPS 2024): FedAvg of the generator and of the
 clients' interpolated Gaussian statistics.
 
-Usable by any Flower project whose clients send, in the usual "arrays" record, their body and
+Usable by any Flower project whose clients send, in the usual "arrays" record, their generator and
 their interpolated class means and shared covariance (names given by `means_key` and
 `covariance_key`); all are averaged by `num-examples`, which is pFedFDA's server rule
 (global mu = sum_i n_i/N mu_i, global Sigma = sum_i n_i/N Sigma_i).
@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import RecordDict
 
-from .personalized import PersonalizedFedAvg
+from .personalized_fedavg import PersonalizedFedAvg
 
 
 class PFedFDA(PersonalizedFedAvg):
-    """pFedFDA: FedAvg over (body, mu, Sigma); a reply whose covariance is not symmetric
+    """pFedFDA: FedAvg over (generator, mu, Sigma); a reply whose covariance is not symmetric
     positive definite is dropped (its LDA classifier would not exist).
 
     Parameters

@@ -1,7 +1,7 @@
 """Server side of pFedGM (Algorithm 1): weighted averaging of the generator phi, the navigator
 psi = {mu_k, b_k} and the diagonal covariance nu = {A_k}, then the personalize round.
 
-Usable by any Flower project with its own torch backbone. Requirements on the ArrayRecord:
+Usable by any Flower project with its own torch generator. Requirements on the ArrayRecord:
 the navigator and covariance arrays are named by `navigator_keys` / `covariance_keys`
 (default: `head.mu`, `head.b`, `head.A`, the names of `pfedgm_app.gaussian.GaussianHead`
 mounted as `model.head`); every other array is the generator. The ClientApp trains with the
@@ -27,7 +27,7 @@ from ..readings import BIAS_AVERAGES, COVARIANCE_AVERAGES
 #   default); "mixture", the log of the mean of exp(b_k) = pi_k / |S_k|^(1/2), i.e. averaging
 #   the mixture weights pi_k (at equal S_k) rather than their logarithms
 #   (`readings.COVARIANCE_AVERAGES`, `readings.BIAS_AVERAGES`).
-from .personalized import PersonalizedFedAvg
+from .personalized_fedavg import PersonalizedFedAvg
 
 
 class PFedGM(PersonalizedFedAvg):
@@ -54,9 +54,10 @@ class PFedGM(PersonalizedFedAvg):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        for name, value, choices in (("covariance_average", covariance_average,
-                                      COVARIANCE_AVERAGES),
-                                     ("bias_average", bias_average, BIAS_AVERAGES)):  # fmt: skip
+        for name, value, choices in (
+            ("covariance_average", covariance_average, COVARIANCE_AVERAGES),
+            ("bias_average", bias_average, BIAS_AVERAGES),
+        ):
             if value not in choices:
                 raise ValueError(f"{name} must be one of {choices}, got {value!r}")
         self.navigator_keys = tuple(navigator_keys)

@@ -44,8 +44,9 @@ def clip_updates(
     for record, norm in zip(records, norms, strict=True):
         if norm > bound:
             scale = bound / norm
-            record = {k: (sent[k] + scale * (v - sent[k])).astype(v.dtype)
-                      for k, v in record.items()}  # fmt: skip
+            record = {
+                k: (sent[k] + scale * (v - sent[k])).astype(v.dtype) for k, v in record.items()
+            }
             clipped += 1
         out.append(record)
     return out, clipped, max(norms) / median
@@ -66,8 +67,11 @@ def combine(
         raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
     dtypes = {k: v.dtype for r in records for k, v in r.items() if k in transforms}
     if transforms:
-        records = [{k: transforms[k][0](v.astype(np.float64)) if k in transforms else v
-                    for k, v in r.items()} for r in records]  # fmt: skip
+        to = {k: forward for k, (forward, _) in transforms.items()}
+        records = [
+            {k: to[k](v.astype(np.float64)) if k in to else v for k, v in r.items()}
+            for r in records
+        ]
     if aggregation == "mean":
         result = weighted_mean(list(zip(weights, records, strict=True)))
     else:
@@ -75,8 +79,10 @@ def combine(
         result = {}
         for key in keys:
             stacked = np.stack([r[key] for r in records if key in r])
-            value = trim_mean(stacked, trim_fraction) if aggregation == "trimmed-mean" else (
-                np.median(stacked, axis=0))  # fmt: skip
+            if aggregation == "trimmed-mean":
+                value = trim_mean(stacked, trim_fraction)
+            else:
+                value = np.median(stacked, axis=0)
             result[key] = np.asarray(value).astype(stacked.dtype)
     for key, (_, back) in transforms.items():
         if key in result:

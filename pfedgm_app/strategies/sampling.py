@@ -1,4 +1,4 @@
-"""Which clients train in a round: wait for enough SuperNodes, then sample by a stable rank.
+"""Which clients train in a round: wait for enough SuperNodes, then sample by partition id.
 
 flwr + the standard library only: any Flower project can use it.
 """
@@ -37,18 +37,19 @@ def sample_nodes(
     fraction: float,
     minimum: int,
     rng: random.Random,
-    ranks: Mapping[int, int] | None = None,
+    node_partitions: Mapping[int, int] | None = None,
     allowed: Collection[int] | None = None,
 ) -> list[int]:
     """`fraction` of `nodes` (at least `minimum`, at most all), drawn with `rng`.
 
-    With `ranks` (node id -> a stable client index, e.g. its partition id), only ranked nodes
-    are eligible and they are drawn in rank order, so runs whose nodes got other ids (another
-    run, a resumed one) draw the same clients from the same `rng` state. With `allowed`, only
-    those nodes are eligible (e.g. the trained clients of a generalization protocol).
+    With `node_partitions` (node id -> its partition id, or any stable client index), only
+    nodes it holds are eligible and they are drawn in partition order, so runs whose nodes got
+    other ids (another run, a resumed one) draw the same clients from the same `rng` state.
+    With `allowed`, only those nodes are eligible (e.g. the trained clients of a generalization
+    protocol).
     """
-    if ranks is not None:
-        nodes = sorted((n for n in nodes if n in ranks), key=ranks.__getitem__)
+    if node_partitions is not None:
+        nodes = sorted((n for n in nodes if n in node_partitions), key=node_partitions.__getitem__)
     if allowed is not None:
         nodes = [n for n in nodes if n in allowed]
     size = min(max(int(len(nodes) * fraction), minimum), len(nodes))

@@ -1,12 +1,12 @@
 """ServerApp: pFedGM's strategy, Phase 1 rounds then the personalize round."""
 
-import json
 from pathlib import Path
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
+from pfedgm_app.run_folder import RunFolder
 from pfedgm_app.strategies import PFedGM
 from pfedgm_example.task import Net
 
@@ -25,8 +25,10 @@ def main(grid: Grid, context: Context) -> None:
           f"global model {report.means['acc-global']:.2f} %")  # fmt: skip
     if not cfg["output-dir"]:  # an absolute path: the ServerApp runs where the SuperLink started
         return
-    out = Path(cfg["output-dir"])
-    out.mkdir(parents=True, exist_ok=True)
-    summary = {"mean_accuracy": report.mean_accuracy, "std_accuracy": report.std_accuracy,
-               **report.means, "clients": report.clients}  # fmt: skip
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    folder = RunFolder(Path(cfg["output-dir"]))  # the app's file names and format (percent)
+    folder.path.mkdir(parents=True, exist_ok=True)
+    folder.write_clients(report.clients)
+    folder.write_summary({"mean-accuracy": report.mean_accuracy,
+                          "std-accuracy": report.std_accuracy,
+                          "ablation-mean-accuracy": report.means,
+                          "num-clients-evaluated": len(report.clients)})  # fmt: skip

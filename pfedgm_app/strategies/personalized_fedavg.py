@@ -28,7 +28,7 @@ from flwr.serverapp.strategy import FedAvg, Result
 from .. import wire
 from .admission import ReplyAdmission
 from .contract import arrays_problem
-from .personalize import PersonalizationResult, collect
+from .personalization_result import PersonalizationResult, collect
 from .robust import AGGREGATIONS, clip_updates, combine, weighted_mean
 from .sampling import sample_nodes, wait_for_nodes
 
@@ -49,8 +49,8 @@ class PersonalizedFedAvg(ReplyAdmission, FedAvg):
     - `personalize(grid, arrays, config)` sends `personalize_message_type` to every node (or to
       the `nodes` given) and aggregates the returned accuracies (`PersonalizationResult`).
     - Clients are sampled by `sampling.sample_nodes` with `random.Random(seed)`: with
-      `node_ranks` (node id -> a stable client index, e.g. its partition id), runs of different
-      methods with the same seed train the same clients in the same rounds; with
+      `node_partitions` (node id -> its partition id, or any stable client index), runs of
+      different methods with the same seed train the same clients in the same rounds; with
       `train_nodes`, only those nodes are ever sampled.
     - With `reported` (node id -> the metrics it answered at `query`, e.g. `num-examples` and
       `num-test`), no reply may claim a weight or a test size above what its node reported.
@@ -75,7 +75,7 @@ class PersonalizedFedAvg(ReplyAdmission, FedAvg):
         self,
         *,
         personalize_message_type: str = wire.PERSONALIZE_MESSAGE_TYPE,
-        node_ranks: Mapping[int, int] | None = None,
+        node_partitions: Mapping[int, int] | None = None,
         train_nodes: Collection[int] | None = None,
         seed: int = 0,
         node_wait_timeout: float | None = None,
@@ -92,14 +92,15 @@ class PersonalizedFedAvg(ReplyAdmission, FedAvg):
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
         self.reported = reported  # node id -> its query metrics: the bounds of its weights
         self.weight_ratio = weight_ratio
-        self.metric_keys = frozenset(self.default_metric_keys if metric_keys is None
-                                     else metric_keys)  # fmt: skip
-        self.clip_ratio, self.aggregation, self.trim_fraction = clip_ratio, aggregation, (
-            trim_fraction)  # fmt: skip
+        self.metric_keys = frozenset(
+            self.default_metric_keys if metric_keys is None else metric_keys
+        )
+        self.clip_ratio, self.aggregation = clip_ratio, aggregation
+        self.trim_fraction = trim_fraction
         self.sampled: dict[int, set[int]] = {}  # round -> the nodes its messages went to
         self.dropped: list[str] = []  # "round r: node n: why", for the run's summary
         self.personalize_message_type = personalize_message_type
-        self.node_ranks = node_ranks
+        self.node_partitions = node_partitions
         self.train_nodes = None if train_nodes is None else frozenset(train_nodes)
         self.rng = random.Random(seed)
         self.node_wait_timeout = node_wait_timeout
@@ -112,7 +113,7 @@ class PersonalizedFedAvg(ReplyAdmission, FedAvg):
         """What a checkpoint must hold, besides the global arrays and the rounds done, to
         continue these rounds as if never stopped: the client-sampling RNG. Subclasses with
         state of their own extend it (numpy arrays and picklable values; per-client entries by
-        `node_ranks`, since a resumed run's nodes get new ids)."""
+        `node_partitions`, since a resumed run's nodes get new ids)."""
         return {"rng": self.rng.getstate()}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -156,8 +157,14 @@ class PersonalizedFedAvg(ReplyAdmission, FedAvg):
             return []
         self.sent_arrays[server_round] = arrays
         nodes = wait_for_nodes(grid, self.min_available_nodes, timeout=self.node_wait_timeout)
-        nodes = sample_nodes(nodes, self.fraction_train, self.min_train_nodes, self.rng,
-                             self.node_ranks, self.train_nodes)  # fmt: skip
+        nodes = sample_nodes(
+            nodes,
+            self.fraction_train,
+            self.min_train_nodes,
+            self.rng,
+            self.node_partitions,
+            self.train_nodes,
+        )
         log(INFO, "configure_train: sampled %d nodes", len(nodes))
         self.sampled[server_round] = set(nodes)
         config[wire.ROUND] = server_round
@@ -191,10 +198,10 @@ class PersonalizedFedAvg(ReplyAdmission, FedAvg):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """The weighted mean (by `weighted_by_key`) of every array and metric over the replies
-        that hold it, summed in the order of the nodes' ranks (ids without `node_ranks`),
-        merged into the arrays sent (keys no reply holds keep their value); the extras go to
-        `aggregate_extras`. A reply that cannot be used is dropped with a warning
-        naming its node; with none left, (None, None): the round changes nothing."""
+        that hold it, summed in the order of the nodes' partition ids (node ids without
+        `node_partitions`), merged into the arrays sent (keys no reply holds keep their value);
+        the extras go to `aggregate_extras`. A reply that cannot be used is dropped with a
+        warning naming its node; with none left, (None, None): the round changes nothing."""
         current = self.sent_arrays.pop(server_round, None)
         replies, seen = list(replies), set()
         used = []
@@ -213,24 +220,31 @@ class PersonalizedFedAvg(ReplyAdmission, FedAvg):
             return None, MetricRecord(counts)
         # Sums in a fixed order: replies arrive in any order, and float addition is not
         # associative, so the same run would otherwise differ in the last bits from run to run.
-        ranks = self.node_ranks or {}
-        used.sort(key=lambda m: (ranks.get(m.metadata.src_node_id, -1), m.metadata.src_node_id))
+        partitions = self.node_partitions or {}
+        used.sort(
+            key=lambda m: (partitions.get(m.metadata.src_node_id, -1), m.metadata.src_node_id)
+        )
         weights = [self._weight(m) for m in used]
-        records = [{k: v.numpy() for k, v in m.content.array_records[self.arrayrecord_key].items()}
-                   for m in used]  # fmt: skip
+        records = [
+            {k: v.numpy() for k, v in m.content.array_records[self.arrayrecord_key].items()}
+            for m in used
+        ]
         records, clipped, ratio = clip_updates(records, current, self.clip_ratio)
-        update = combine(weights, records, self.aggregation, self.trim_fraction,
-                         self.average_transform())  # fmt: skip
+        update = combine(
+            weights, records, self.aggregation, self.trim_fraction, self.average_transform()
+        )
         arrays = merge_arrays(current, ArrayRecord({k: Array(v) for k, v in update.items()}))
-        extras = {m.metadata.src_node_id: (w, m.content.array_records[wire.EXTRAS])
-                  for w, m in zip(weights, used, strict=True)
-                  if wire.EXTRAS in m.content.array_records}  # fmt: skip
+        extras = {
+            m.metadata.src_node_id: (w, m.content.array_records[wire.EXTRAS])
+            for w, m in zip(weights, used, strict=True)
+            if wire.EXTRAS in m.content.array_records
+        }
         if extras:
             arrays = self.aggregate_extras(server_round, arrays, extras)
         counts.update({"updates-clipped": clipped, "update-norm-ratio-max": ratio})
         if problem := self.aggregate_problem(arrays):
-            log(WARNING, "round %d: the aggregate breaks an invariant (%s); it is not used",
-                server_round, problem)  # fmt: skip
+            why = "round %d: the aggregate breaks an invariant (%s); it is not used"
+            log(WARNING, why, server_round, problem)
             self.dropped.append(f"round {server_round}: the aggregate: {problem}")
             return None, MetricRecord(counts)
         metrics = [dict(next(iter(m.content.metric_records.values()))) for m in used]
@@ -267,14 +281,16 @@ class PersonalizedFedAvg(ReplyAdmission, FedAvg):
         """Send `arrays` to `nodes` (default: every connected node); each personalizes and
         evaluates."""
         nodes = sorted(grid.get_node_ids() if nodes is None else nodes)
-        log(INFO, "personalize: sending '%s' to %d nodes", self.personalize_message_type,
-            len(nodes))  # fmt: skip
+        log(
+            INFO, "personalize: sending '%s' to %d nodes", self.personalize_message_type, len(nodes)
+        )
         content = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         messages = self.messages(content, nodes, self.personalize_message_type)
         replies = grid.send_and_receive(messages, timeout=timeout)
         caps = {n: self.weight_bound(n, wire.NUM_TEST) for n in nodes}
-        return collect(replies, len(nodes), timeout, self.personalize_message_type,
-                       self.reported, caps)  # fmt: skip
+        return collect(
+            replies, len(nodes), timeout, self.personalize_message_type, self.reported, caps
+        )
 
 
 def merge_arrays(current: ArrayRecord | None, update: ArrayRecord | None) -> ArrayRecord | None:

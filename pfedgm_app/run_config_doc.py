@@ -4,7 +4,7 @@ meaning (the field's `doc`), so the page (written with the other references by
 `python -m devtools.reference`) is the code's own account; a test requires a meaning for every
 key.
 
-`python -m pfedgm_app.reference` prints the run-config tables.
+`python -m pfedgm_app.run_config_doc` prints the run-config tables.
 """
 
 from __future__ import annotations

@@ -39,12 +39,13 @@ from typing import Any
 from uuid import uuid4
 
 # Besides the public `flwr.app`, `flwr.clientapp`, `flwr.serverapp` and `flwr.common.log`,
-# names Flower does not export, kept here (devtools only; the app uses none): the engine's error
-# replies are built from the exception types and codes in Flower's own modules
-# (`ClientAppException`, `LoadClientAppError`, `ErrorCode`); Flower sets a process's
-# `TaskIdentity` before it runs an app, and `Message(...)` reads it, so a ServerApp run outside
-# Flower needs one; `Grid.run` returns a `Run`. Message ids are written into
-# `Metadata._message_id`, as Flower's grids and engine write them (it has no setter).
+# an engine needs names Flower does not export; this module alone takes them (what a FAB
+# carries uses none: `tests/test_public_api.py` pins this list). The error replies are built
+# from the exception types and codes of Flower's own modules (`ClientAppException`,
+# `LoadClientAppError`, `ErrorCode`); Flower sets a process's `TaskIdentity` before it runs an
+# app, and `Message(...)` reads it, so a ServerApp run outside Flower needs one; `Grid.run`
+# returns a `Run`. Message ids are written into `Metadata._message_id`, as Flower's grids and
+# engine write them (it has no setter). docs/upstream/inprocess-engine.md asks for a public way.
 from flwr.app import Context, Error, Message, MessageType, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.client_app import ClientAppException, LoadClientAppError
@@ -54,12 +55,12 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
-from pfedgm_app import wire
-from pfedgm_app.methods import run_config_keys
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.wire import PERSONALIZE_MESSAGE_TYPE
+from .. import wire
+from ..methods import run_config_keys
+from ..run_folder import RunFolder
+from ..wire import PERSONALIZE_MESSAGE_TYPE
+from .flwr_cli import APP_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
 # What answers a SuperNode's messages: the app's `ClientApp`, or anything called as Flower
 # calls one (e.g. a function that records what the ClientApp replies)
 ClientAppLike = ClientApp | Callable[[Message, Context], Message]
@@ -67,7 +68,7 @@ RUN_ID = 1
 SERVERAPP_NODE_ID = 0  # the ServerApp's context node id under Flower (run_serverapp)
 
 
-def app_component(name: str, root: Path = ROOT) -> Any:
+def app_component(name: str, root: Path = APP_DIR) -> Any:
     """The app's `serverapp` or `clientapp` object, loaded from the "module:attribute"
     reference in `[tool.flwr.app.components]` of `pyproject.toml`, as Flower loads them."""
     with open(root / "pyproject.toml", "rb") as f:
