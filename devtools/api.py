@@ -19,8 +19,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 API = ROOT / "docs" / "api"
-MODULES = ("pfedgm_app.strategies", "pfedgm_app.phases", "pfedgm_app.gaussian",
-           "pfedgm_app.replies", "pfedgm_app.data.partitioner")  # fmt: skip
+MODULES = (
+    "pfedgm_app.strategies",
+    "pfedgm_app.phases",
+    "pfedgm_app.gaussian",
+    "pfedgm_app.replies",
+    "pfedgm_app.data.partitioner",
+)
 COMMAND = "python -m devtools.api"
 
 
@@ -49,8 +54,13 @@ def stale() -> list[str]:
         write(fresh)
         names = {str(p.relative_to(fresh)) for p in fresh.rglob("*") if p.is_file()}
         names |= {str(p.relative_to(API)) for p in API.rglob("*") if p.is_file()}
-        return sorted(n for n in names if not (API / n).is_file() or not (fresh / n).is_file()
-                      or (API / n).read_bytes() != (fresh / n).read_bytes())  # fmt: skip
+        return sorted(
+            n
+            for n in names
+            if not (API / n).is_file()
+            or not (fresh / n).is_file()
+            or (API / n).read_bytes() != (fresh / n).read_bytes()
+        )
 
 
 if __name__ == "__main__":

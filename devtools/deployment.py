@@ -77,9 +77,15 @@ def start_deployment(
     keys = certs.resolve() if certs is not None and registered is not None else None
     flwr_home.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    link = ["flower-superlink", *_tls_args(certs, "superlink"), "--port", str(port),
-            "--disable-runtime-dependency-installation", "--database",
-            str(flwr_home / f"{federation}.db")]  # fmt: skip
+    link = [
+        "flower-superlink",
+        *_tls_args(certs, "superlink"),
+        "--port",
+        str(port),
+        "--disable-runtime-dependency-installation",
+        "--database",
+        str(flwr_home / f"{federation}.db"),
+    ]
     if keys is not None:
         link.append("--enable-supernode-auth")  # only registered public keys may join
     supernode = [*_tls_args(certs, "supernode"), "--superlink", f"127.0.0.1:{port}"]
@@ -105,8 +111,14 @@ def _tls_args(certs: Path | None, role: str) -> list[str]:
     certs = certs.resolve()
     if role == "supernode":
         return ["--root-certificates", str(certs / "ca.crt")]
-    return ["--ssl-ca-certfile", str(certs / "ca.crt"), "--ssl-certfile",
-            str(certs / "server.crt"), "--ssl-keyfile", str(certs / "server.key")]  # fmt: skip
+    return [
+        "--ssl-ca-certfile",
+        str(certs / "ca.crt"),
+        "--ssl-certfile",
+        str(certs / "server.crt"),
+        "--ssl-keyfile",
+        str(certs / "server.key"),
+    ]
 
 
 def _add_federation(flwr_home: Path, federation: str, port: int, certs: Path | None) -> None:

@@ -42,8 +42,12 @@ def main() -> None:
     parser.add_argument("--pool-size", type=int, default=0, help="0: every image")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    cfg = {"dataset": str(Path(args.dataset).resolve()), "dirichlet-alpha": args.alpha,
-           "pool-size": args.pool_size, "seed": args.seed}  # fmt: skip
+    cfg = {
+        "dataset": str(Path(args.dataset).resolve()),
+        "dirichlet-alpha": args.alpha,
+        "pool-size": args.pool_size,
+        "seed": args.seed,
+    }
     for device in write_devices(cfg, args.clients, args.folder):
         print(f"{device.resolve()}")
 

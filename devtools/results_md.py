@@ -15,8 +15,12 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = (ROOT / "RESULTS.md", ROOT / "REPRODUCING.md", ROOT / "docs" / "flower-baseline.md",
-         *sorted((ROOT / "docs" / "notes").glob("*.md")))  # fmt: skip
+PAGES = (
+    ROOT / "RESULTS.md",
+    ROOT / "REPRODUCING.md",
+    ROOT / "docs" / "flower-baseline.md",
+    *sorted((ROOT / "docs" / "notes").glob("*.md")),
+)
 BLOCK = re.compile(r"(<!-- rendered: (\S+) -->\n)(.*?)(<!-- end rendered -->)", re.S)
 COMMAND = "python -m devtools.results_md"
 

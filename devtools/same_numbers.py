@@ -17,9 +17,19 @@ from pathlib import Path
 
 from pfedgm_app.run_folder import RunFolder
 
-TINY = {"num-server-rounds": 2, "local-epochs": 1, "finetune-epochs": 1, "personal-epochs": 1,
-        "fedrep-refit-epochs": 1, "lbfgs-cycles": 1, "pfedme-inner-steps": 1, "pool-size": 600,
-        "fraction-train": 0.5, "client-threads": 1, "seed": 0}  # fmt: skip
+TINY = {
+    "num-server-rounds": 2,
+    "local-epochs": 1,
+    "finetune-epochs": 1,
+    "personal-epochs": 1,
+    "fedrep-refit-epochs": 1,
+    "lbfgs-cycles": 1,
+    "pfedme-inner-steps": 1,
+    "pool-size": 600,
+    "fraction-train": 0.5,
+    "client-threads": 1,
+    "seed": 0,
+}
 
 
 def run(out: Path) -> None:
@@ -38,8 +48,9 @@ def run(out: Path) -> None:
 def rows(folder: RunFolder) -> list[dict[str, float]]:
     """clients.csv without its timing columns (seconds differ from run to run), accuracies in
     percent whichever format version wrote it."""
-    return [{k: v for k, v in r.items() if not k.startswith("seconds")}
-            for r in folder.read_clients()]  # fmt: skip
+    return [
+        {k: v for k, v in r.items() if not k.startswith("seconds")} for r in folder.read_clients()
+    ]
 
 
 def compare(before: Path, after: Path) -> int:

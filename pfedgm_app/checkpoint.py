@@ -27,9 +27,19 @@ from .run_folder import RunFolder
 
 # Run-config keys a resumed run may change: where and how fast it runs, how long it waits, how
 # often it evaluates on the side, and more rounds. Every other key is the experiment itself.
-RESUMABLE = frozenset({"resume", "output-dir", "num-server-rounds", "round-timeout",
-                       "node-wait-timeout", "client-threads", "device", "messages-in-flight",
-                       "eval-every"})  # fmt: skip
+RESUMABLE = frozenset(
+    {
+        "resume",
+        "output-dir",
+        "num-server-rounds",
+        "round-timeout",
+        "node-wait-timeout",
+        "client-threads",
+        "device",
+        "messages-in-flight",
+        "eval-every",
+    }
+)
 
 
 def save(run_dir: Path, server_round: int, arrays: ArrayRecord, strategy: dict) -> Path:
@@ -38,8 +48,11 @@ def save(run_dir: Path, server_round: int, arrays: ArrayRecord, strategy: dict) 
     renamed, so a kill leaves the previous one whole."""
     path = RunFolder(run_dir).checkpoint
     tmp = path.with_name(path.name + ".tmp")
-    payload = {"round": server_round, "strategy": _stored(strategy),
-               "arrays": {k: _stored(v.numpy()) for k, v in arrays.items()}}  # fmt: skip
+    payload = {
+        "round": server_round,
+        "strategy": _stored(strategy),
+        "arrays": {k: _stored(v.numpy()) for k, v in arrays.items()},
+    }
     torch.save(payload, tmp)
     os.replace(tmp, path)
     return path

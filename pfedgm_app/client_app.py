@@ -23,6 +23,7 @@ from .node import (
     ModelDirUnavailable,
     client,
     keep,
+    log_timing,
     model_dir,
     received_model,
     sizes,
@@ -55,6 +56,7 @@ def query(msg: Message, context: Context) -> Message:
         wire.DATA_SECONDS: seconds,
         **sizes(task),
     }
+    log_timing("query", data=seconds)
     return Message(RecordDict({wire.METRICS: MetricRecord(metrics)}), reply_to=msg)
 
 
@@ -69,13 +71,15 @@ def train(msg: Message, context: Context) -> Message:
     model.train()
     ready = time.perf_counter()
     reply = plugin.train(model, task)
+    compute = time.perf_counter() - ready
     metrics = {
         **reply.metrics,
         wire.NUM_EXAMPLES: len(task.data.y_train),
         wire.DATA_SECONDS: seconds,
         "seconds-model": ready - started,
-        "seconds-compute": time.perf_counter() - ready,
+        "seconds-compute": compute,
     }
+    log_timing("train", data=seconds, model=ready - started, compute=compute)
     return train_reply(msg, reply.arrays, metrics, reply.extras)
 
 
@@ -84,8 +88,10 @@ def personalize(msg: Message, context: Context) -> Message:
     """Final round on every client: personalize with the method's rule, evaluate on test. The
     final one (not an `eval-every` evaluation) saves the model it evaluated on the device
     (`node.keep`); the reply carries the metrics only."""
-    pid, _, plugin, task, _ = client(msg, context, "personalize")
+    pid, _, plugin, task, seconds = client(msg, context, "personalize")
+    started = time.perf_counter()
     result = plugin.personalize(received_model(msg, plugin, task), task)
+    log_timing("personalize", data=seconds, compute=time.perf_counter() - started)
     reply = personalize_reply(msg, {**result.metrics, **sizes(task), wire.PARTITION_ID: pid})
     if not task.server_round:
         keep(result, task, context, pid)

@@ -103,10 +103,14 @@ class Rounds:
             replies = list(self.grid.send_and_receive(messages, timeout=self.timeout))
             update, metrics = self.strategy.aggregate_train(server_round, replies)
             if update is None:
-                failed[server_round] = self.strategy.round_problem(server_round) or (
-                    first_failure(replies, len(messages)))  # fmt: skip
-                log(WARNING, "round %d: no update aggregated (%s)", server_round,
-                    failed[server_round])  # fmt: skip
+                problem = self.strategy.round_problem(server_round)
+                failed[server_round] = problem or first_failure(replies, len(messages))
+                log(
+                    WARNING,
+                    "round %d: no update aggregated (%s)",
+                    server_round,
+                    failed[server_round],
+                )
             else:
                 arrays = update
             after_round(server_round, arrays, metrics)
@@ -159,8 +163,11 @@ class Evaluation:
             self.refresh(self.grid)
             connected = set(self.grid.get_node_ids())
             nodes = [n for n in self.partitions if n in connected]
-            gone = [f"partition {p}: not connected"
-                    for n, p in self.partitions.items() if n not in connected]  # fmt: skip
+            gone = [
+                f"partition {p}: not connected"
+                for n, p in self.partitions.items()
+                if n not in connected
+            ]
         outcome = self.strategy.personalize(
             self.grid, arrays, config, self.cfg.round_timeout, nodes
         )
@@ -216,9 +223,13 @@ def resume(
         ) from exc
     writer.cut_rounds(done)
     if method.keeps_state and not cfg.client_state_dir:
-        log(WARNING, "pFedGM app: %s keeps arrays on its clients and client-state-dir is "
+        log(
+            WARNING,
+            "pFedGM app: %s keeps arrays on its clients and client-state-dir is "
             "not set: a new run's clients start without them, so the resumed run differs from "
-            "an uninterrupted one", method.name)  # fmt: skip
+            "an uninterrupted one",
+            method.name,
+        )
     return done, arrays
 
 

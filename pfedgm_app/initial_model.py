@@ -35,8 +35,10 @@ class InitialModel:
     def describe(self) -> str:
         """'a pfedgm model of /x (20 rounds on /data/mnist)'."""
         c = self.config
-        return (f"a {c.get('method')} model of {self.path} ({c.get('num-server-rounds')} "
-                f"rounds on {c.get('dataset')})")  # fmt: skip
+        return (
+            f"a {c.get('method')} model of {self.path} ({c.get('num-server-rounds')} "
+            f"rounds on {c.get('dataset')})"
+        )
 
 
 def read(cfg: RunConfig) -> InitialModel:
@@ -88,8 +90,9 @@ def fit(initial: InitialModel, built: ArrayRecord) -> ArrayRecord:
     images and classes give), once each of them has its name, shape and dtype; else one
     ConfigError naming the first that differs and both runs' data."""
     ours = {k: (tuple(v.shape), v.dtype) for k, v in built.items()}
-    theirs = {k: (tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in
-              initial.arrays.items()}  # fmt: skip
+    theirs = {
+        k: (tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in initial.arrays.items()
+    }
     differ = [k for k in ours if k in theirs and ours[k] != theirs[k]]
     differ = differ or sorted(set(ours) ^ set(theirs))
     if differ:

@@ -13,7 +13,7 @@ import os
 import time
 import zlib
 from collections.abc import Mapping
-from logging import INFO
+from logging import DEBUG, INFO
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +178,10 @@ def keep(result: Personalized, task: ClientTask, context: Context, pid: int) -> 
     personal_model.save(path, result.model, shape, list(names), run)
     log(INFO, "pFedGM app: client %d keeps its personalized model in %s", pid, path)
     return path
+
+
+def log_timing(handler: str, **seconds: float) -> None:
+    """One DEBUG line per message: its handler's parts (`benchmarks.bench_deploy` reads it
+    beside Flower's own DEBUG lines to take a deployment message apart)."""
+    parts = ", ".join(f"{k} {v:.3f} s" for k, v in seconds.items())
+    log(DEBUG, "pFedGM app: %s handler: %s", handler, parts)

@@ -121,8 +121,13 @@ class RunWriter:
         self.folder.write_config(
             {**config, "num-clients": num_clients, "flwr-version": flwr.__version__}
         )
-        log(INFO, "pFedGM app: method=%s, %d clients, outputs in %s", cfg.method, num_clients,
-            self.run_dir)  # fmt: skip
+        log(
+            INFO,
+            "pFedGM app: method=%s, %d clients, outputs in %s",
+            cfg.method,
+            num_clients,
+            self.run_dir,
+        )
 
     def append_round(self, server_round: int, metrics: MetricRecord | None, **extra) -> None:
         """One line of `rounds.jsonl`: the round's metrics, under the server's own keys (the
@@ -238,25 +243,45 @@ def accuracy_by_type(
     result = {}
     for kind, members in sorted(groups.items()):
         stats = summarize(members, [])
-        result[kind] = {"mean-accuracy": stats.mean_accuracy, "std-accuracy": stats.std_accuracy,
-                        "clients": len(members)}  # fmt: skip
+        result[kind] = {
+            "mean-accuracy": stats.mean_accuracy,
+            "std-accuracy": stats.std_accuracy,
+            "clients": len(members),
+        }
     return result
 
 
 def log_summary(summary: dict, outcome: PersonalizationResult) -> None:
     """The closing lines of the ServerApp's log."""
     log(INFO, "")
-    log(INFO, "pFedGM app summary: method=%s dataset=%s alpha=%s clients=%d rounds=%d",
-        summary["method"], summary["dataset"], summary["dirichlet-alpha"],
-        summary["num-clients"], summary["rounds"])  # fmt: skip
+    log(
+        INFO,
+        "pFedGM app summary: method=%s dataset=%s alpha=%s clients=%d rounds=%d",
+        summary["method"],
+        summary["dataset"],
+        summary["dirichlet-alpha"],
+        summary["num-clients"],
+        summary["rounds"],
+    )
     if outcome.mean_accuracy is None:
         log(WARNING, "  personalized test accuracy: none, no client could be evaluated")
     else:
-        log(INFO, "  personalized test accuracy: %.2f (%.2f) %% [mean weighted by test size "
-            "(std across clients)]", outcome.mean_accuracy, outcome.std_accuracy)  # fmt: skip
+        log(
+            INFO,
+            "  personalized test accuracy: %.2f (%.2f) %% [mean weighted by test size "
+            "(std across clients)]",
+            outcome.mean_accuracy,
+            outcome.std_accuracy,
+        )
     for kind, stats in summary.get("accuracy-by-type", {}).items():
-        log(INFO, "  %s: %.2f (%.2f) %% over %d clients", kind, stats["mean-accuracy"],
-            stats["std-accuracy"], stats["clients"])  # fmt: skip
+        log(
+            INFO,
+            "  %s: %.2f (%.2f) %% over %d clients",
+            kind,
+            stats["mean-accuracy"],
+            stats["std-accuracy"],
+            stats["clients"],
+        )
     for key, value in outcome.means.items():
         log(INFO, "  %s: %.2f %%", key, value)
     if outcome.failures:

@@ -34,12 +34,29 @@ VERSION = "format-version"
 
 # Version 1's summary.json keys (top level and `accuracy_by_type`'s entries) -> version 2's; the
 # other keys (`method`, `rounds`, `failures`, ...) and the names of client types are the same
-SUMMARY_V1 = {k: k.replace("_", "-") for k in (
-    "ablation_mean_accuracy", "accuracy_by_type", "accuracy_note", "dirichlet_alpha",
-    "dropped_replies", "fraction_train", "mean_accuracy", "num_clients", "num_clients_evaluated",
-    "output_dir", "resumed_after_round", "rounds_without_update", "seconds_per_round",
-    "seconds_personalize", "seconds_total", "seconds_training", "std_accuracy",
-    "unweighted_mean_accuracy")}  # fmt: skip
+SUMMARY_V1 = {
+    k: k.replace("_", "-")
+    for k in (
+        "ablation_mean_accuracy",
+        "accuracy_by_type",
+        "accuracy_note",
+        "dirichlet_alpha",
+        "dropped_replies",
+        "fraction_train",
+        "mean_accuracy",
+        "num_clients",
+        "num_clients_evaluated",
+        "output_dir",
+        "resumed_after_round",
+        "rounds_without_update",
+        "seconds_per_round",
+        "seconds_personalize",
+        "seconds_total",
+        "seconds_training",
+        "std_accuracy",
+        "unweighted_mean_accuracy",
+    )
+}
 
 
 def is_accuracy(column: str) -> bool:
@@ -51,8 +68,9 @@ def is_accuracy(column: str) -> bool:
 
 def in_percent(row: dict[str, Any]) -> dict[str, Any]:
     """A clients.csv row with its accuracies, fractions as the clients reply, in percent."""
-    return {k: 100 * v if is_accuracy(k) and isinstance(v, int | float) else v
-            for k, v in row.items()}  # fmt: skip
+    return {
+        k: 100 * v if is_accuracy(k) and isinstance(v, int | float) else v for k, v in row.items()
+    }
 
 
 def summary_v2(record: dict[str, Any]) -> dict[str, Any]:
@@ -188,8 +206,10 @@ class RunFolder:
         not report, left out), accuracies in percent in every version; OSError as reading
         raises it."""
         with self.clients.open(newline="") as f:
-            rows = [{k: _number(v) for k, v in r.items() if v not in ("", None)}
-                    for r in csv.DictReader(f)]  # fmt: skip
+            rows = [
+                {k: _number(v) for k, v in r.items() if v not in ("", None)}
+                for r in csv.DictReader(f)
+            ]
         return rows if self.format_version >= 2 else [in_percent(r) for r in rows]
 
     def read_rounds(self) -> list[dict]:
@@ -241,5 +261,6 @@ class RunFolder:
         os.replace(tmp, self.rounds)
 
     def _write_json(self, path: Path, record: dict[str, Any]) -> None:
-        path.write_text(strict_json({**record, VERSION: FORMAT_VERSION}, indent=2,
-                                    sort_keys=True) + "\n")  # fmt: skip
+        path.write_text(
+            strict_json({**record, VERSION: FORMAT_VERSION}, indent=2, sort_keys=True) + "\n"
+        )

@@ -31,8 +31,11 @@ class Cell:
 
 
 # What fixes a run's protocol, as config.json records it: (key, the paper's value, words)
-PROTOCOL = (("num-server-rounds", 200, "rounds"), ("local-epochs", 5, "local epochs"),
-            ("pool-size", 0, "images pooled"))  # fmt: skip
+PROTOCOL = (
+    ("num-server-rounds", 200, "rounds"),
+    ("local-epochs", 5, "local epochs"),
+    ("pool-size", 0, "images pooled"),
+)
 
 
 def protocol_differences(config: dict, column: str) -> list[str]:
@@ -66,8 +69,11 @@ def seed_folders(out: Path, column: str, run: str) -> dict[int, Path]:
 def client_rows(folder: Path, metric: str) -> dict[int, tuple[float, int]]:
     """{partition-id: (metric in percent, test-set size)} from a run's `clients.csv`; a client
     without the metric (a failed reply) is left out."""
-    return {int(row[wire.PARTITION_ID]): (row[metric], int(row[wire.NUM_TEST]))
-            for row in RunFolder(folder).read_clients() if metric in row}  # fmt: skip
+    return {
+        int(row[wire.PARTITION_ID]): (row[metric], int(row[wire.NUM_TEST]))
+        for row in RunFolder(folder).read_clients()
+        if metric in row
+    }
 
 
 def read_cell(out: Path, column: str, row: Row) -> Cell | None:
@@ -94,8 +100,15 @@ def read_cell(out: Path, column: str, row: Row) -> Cell | None:
     if len(rounds) > 1:
         raise ValueError(f"{out / column / row.run} mixes budgets {sorted(rounds)}: one per folder")
     n = len(means)
-    return Cell(sum(means) / n, sum(stds) / n, sorted(folders), rounds.pop(),
-                sum(minutes) / n, per_client, differences)  # fmt: skip
+    return Cell(
+        sum(means) / n,
+        sum(stds) / n,
+        sorted(folders),
+        rounds.pop(),
+        sum(minutes) / n,
+        per_client,
+        differences,
+    )
 
 
 def curve(out: Path, column: str, run: str) -> dict[int, tuple[float, float]]:
@@ -113,5 +126,7 @@ def curve(out: Path, column: str, run: str) -> dict[int, tuple[float, float]]:
             points[int(summary["rounds"])] = (summary["mean-accuracy"], summary["std-accuracy"])
         for r, point in points.items():
             by_round.setdefault(r, []).append(point)
-    return {r: (sum(m for m, _ in v) / len(v), sum(s for _, s in v) / len(v))
-            for r, v in sorted(by_round.items())}  # fmt: skip
+    return {
+        r: (sum(m for m, _ in v) / len(v), sum(s for _, s in v) / len(v))
+        for r, v in sorted(by_round.items())
+    }

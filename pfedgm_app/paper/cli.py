@@ -81,8 +81,9 @@ def parser() -> argparse.ArgumentParser:
     tsne.add_argument("run_dir", type=Path, help="a run's output-dir (with global_model.pt)")
     tsne.add_argument("--to", type=Path, required=True, help="the PNG to write")
     dynamics = sub.add_parser("dynamics", help="Phase 1's diagnostics of a pFedGM run per round")
-    dynamics.add_argument("run_dirs", type=Path, nargs="+",
-                          help="pFedGM runs' output-dirs, overlaid")  # fmt: skip
+    dynamics.add_argument(
+        "run_dirs", type=Path, nargs="+", help="pFedGM runs' output-dirs, overlaid"
+    )
     dynamics.add_argument(
         "--beside",
         type=Path,
@@ -118,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
 def _list(args) -> int:
     for table in TABLES.values():
         count = len(runs([table.name], [0]))
-        print(f"{table.name}: {table.caption}; {len(table.columns)} columns x "
-              f"{len(table.rows)} rows, {count} runs per seed")  # fmt: skip
+        print(
+            f"{table.name}: {table.caption}; {len(table.columns)} columns x "
+            f"{len(table.rows)} rows, {count} runs per seed"
+        )
         print(f"    columns: {', '.join(table.columns)}")
     return 0
 

@@ -19,17 +19,24 @@ from ..run_folder import RunFolder  # noqa: E402
 # (title, [(key, label)], log scale): the panels after the accuracy panel
 PANELS = (
     ("H and R_c (round means)", [("loss-shared", "H"), ("loss-personalized", "R_c")], True),
-    ("gradient on phi (round start)",
-     [("grad-norm-shared", "|grad H|"), ("grad-norm-personalized", "|grad lambda R_c|")], True),
+    (
+        "gradient on phi (round start)",
+        [("grad-norm-shared", "|grad H|"), ("grad-norm-personalized", "|grad lambda R_c|")],
+        True,
+    ),
     ("share of lambda R_c in the gradient", [("grad-share-personalized", "share")], False),
-    ("norms", [("z-norm", "mean ||z||"), ("mu-norm", "mean ||mu_k||"),
-               ("covariance-norm", "||A||")], True),
-    ("within-class variance of z (per coordinate)", [("within-class-variance", "variance")],
-     True),
-    ("saturation of H: share with P_y > 0.99",
-     [("saturated-fraction", "in training"), ("saturated-fraction-start", "round start")],
-     False),
-)  # fmt: skip
+    (
+        "norms",
+        [("z-norm", "mean ||z||"), ("mu-norm", "mean ||mu_k||"), ("covariance-norm", "||A||")],
+        True,
+    ),
+    ("within-class variance of z (per coordinate)", [("within-class-variance", "variance")], True),
+    (
+        "saturation of H: share with P_y > 0.99",
+        [("saturated-fraction", "in training"), ("saturated-fraction-start", "round start")],
+        False,
+    ),
+)
 
 
 def read_rounds(run_dir: Path) -> list[dict]:
@@ -73,13 +80,18 @@ def dynamics_figure(
     for run, lines in rows.items():
         if not any("grad-norm-shared" in r for r in lines):
             raise ValueError(f"{run}: its rounds.jsonl has no Phase 1 diagnostics (a pFedGM run)")
-    fig, axes = plt.subplots(len(PANELS) + 1, 1, figsize=(7, 2.3 * (len(PANELS) + 1)),
-                             sharex=True)  # fmt: skip
+    fig, axes = plt.subplots(len(PANELS) + 1, 1, figsize=(7, 2.3 * (len(PANELS) + 1)), sharex=True)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, folder in enumerate([*runs, *(beside or [])]):
         rounds, accuracy = accuracy_points(folder)
-        axes[0].plot(rounds, accuracy, marker="o", ms=3, label=label_of(folder),
-                     color=colours[i % len(colours)])  # fmt: skip
+        axes[0].plot(
+            rounds,
+            accuracy,
+            marker="o",
+            ms=3,
+            label=label_of(folder),
+            color=colours[i % len(colours)],
+        )
     axes[0].set(title="personalized accuracy (%)")
     axes[0].legend(fontsize=7)
     for ax, (title, keys, log) in zip(axes[1:], PANELS, strict=True):
@@ -87,8 +99,13 @@ def dynamics_figure(
             for (key, label), style in zip(keys, STYLES, strict=False):
                 points = [(r["round"], r[key]) for r in lines if r.get(key) is not None]
                 name = label if len(runs) == 1 else f"{label_of(run)}: {label}"
-                ax.plot([p[0] for p in points], [p[1] for p in points], style, label=name,
-                        color=colours[i % len(colours)])  # fmt: skip
+                ax.plot(
+                    [p[0] for p in points],
+                    [p[1] for p in points],
+                    style,
+                    label=name,
+                    color=colours[i % len(colours)],
+                )
         ax.set(title=title, yscale="log" if log else "linear")
         ax.legend(fontsize=6)
     axes[-1].set(xlabel="round")

@@ -67,8 +67,14 @@ def ablation_bars(cells: dict, table: Table, path: Path) -> Path | None:
     for i, row in enumerate(table.rows):
         found = [cells.get((row.name, c)) for c in columns]
         xs = [j + i * width for j, cell in enumerate(found) if cell]
-        ax.bar(xs, [c.mean for c in found if c], width, yerr=[c.std for c in found if c],
-               label=row.label, capsize=2)  # fmt: skip
+        ax.bar(
+            xs,
+            [c.mean for c in found if c],
+            width,
+            yerr=[c.std for c in found if c],
+            label=row.label,
+            capsize=2,
+        )
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(columns))], columns, rotation=20)
     ax.set(ylabel="personalized accuracy (%)", title=table.caption)
     ax.legend(fontsize=8)

@@ -54,8 +54,9 @@ DIRS = ("dir01", "dir05")
 STANDARD = tuple(
     f"{d}-{a}" for d in ("emnist", "cifar10", "cifar100", "tinyimagenet") for a in DIRS
 )
-CORRUPTION = tuple(f"{d}s-{a}-{c}" for d in ("cifar10", "cifar100") for a in DIRS
-                   for c in ("50c", "100c"))  # fmt: skip
+CORRUPTION = tuple(
+    f"{d}s-{a}-{c}" for d in ("cifar10", "cifar100") for a in DIRS for c in ("50c", "100c")
+)
 CORRUPTED_ALL = tuple(c for c in CORRUPTION if c.endswith("100c"))
 
 
@@ -99,14 +100,17 @@ READINGS = tuple(
 )
 STUDY_COLUMNS = ("cifar100-dir05", "cifar10-dir05")
 
+# One Table per entry: (name, caption, columns, rows[, kind])
+# fmt: off
 TABLES: dict[str, Table] = {t.name: t for t in (
     Table("standard", "Average (std) test accuracy (%) on multiple datasets", STANDARD,
           ALL_METHODS),
     Table("corruption", "Average (std) test accuracy (%) on CIFAR-10S/100S", CORRUPTION,
           ALL_METHODS),
     Table("generalization", "New-client generalization on CIFAR-10 Dir(0.5)",
-          ("generalization",), _rows("fedavg", "fedavgft", "fedbabu", "pfedme", "lgfedavg",
-                                     "fedpac", "pfedfda", "pfedgm")),
+          ("generalization",),
+          _rows("fedavg", "fedavgft", "fedbabu", "pfedme", "lgfedavg", "fedpac", "pfedfda",
+                "pfedgm")),
     Table("moderate", "Average (std) test accuracy (%) under moderate settings",
           tuple(f"moderate-{c}" for c in STANDARD),
           _rows("local", "fedavg", "fedavgft", "fedpac", "pfedfda", "pfedgm")),
@@ -125,8 +129,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
            Row("wpo", "WPO", "pfedgm", {"method": "pfedgm"}))),
     Table("decoupling", "Ablation on the shared objective and statistic extractor",
           CORRUPTED_ALL,
-          (_variant("gm", "G.M.", decoupling="gm"), _variant("gm-c", "G.M. - C.",
-                                                             decoupling="gm-c"),
+          (_variant("gm", "G.M.", decoupling="gm"),
+           _variant("gm-c", "G.M. - C.", decoupling="gm-c"),
            Row("gm-d", "G.M. + D.", "pfedgm", {"method": "pfedgm"}))),
     Table("readings", "Phase 1's open readings: validation accuracy (%)", STUDY_COLUMNS,
           READINGS),
@@ -145,7 +149,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
            Row("pfedfda-global", "pFedFDA's global head alone", "pfedfda",
                {"method": "pfedfda"}, "acc-global"),
            PFEDGM)),
-)}  # fmt: skip
+)}
+# fmt: on
 
 
 @dataclass(frozen=True)

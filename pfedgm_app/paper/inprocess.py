@@ -182,7 +182,7 @@ class InProcessGrid(Grid):
                 {wire.PARTITION_ID: node - 1, wire.NUM_PARTITIONS: num_partitions},
                 RecordDict(),
                 run_config,
-            )  # fmt: skip
+            )
             for node in range(1, num_partitions + 1)
         }
         self._run = Run.create_empty(RUN_ID)

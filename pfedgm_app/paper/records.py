@@ -22,8 +22,14 @@ from ..run_folder import RunFolder
 
 # Keys whose values are paths: config.json's run-config keys and summary.json's, in kebab-case
 # (format version 2) or snake_case (version 1: records are rewritten in the version they have)
-PATH_KEYS = ("dataset", "output-dir", "output_dir", "frost-dir", "initial-model",
-             "client-state-dir")  # fmt: skip
+PATH_KEYS = (
+    "dataset",
+    "output-dir",
+    "output_dir",
+    "frost-dir",
+    "initial-model",
+    "client-state-dir",
+)
 OUTPUT_KEYS = ("output-dir", "output_dir")
 
 
@@ -54,8 +60,9 @@ def rewrite(folder: RunFolder, run_name: str) -> None:
     for path in (folder.config, folder.summary):
         if path.exists():
             record = json.loads(path.read_text())
-            path.write_text(json.dumps(portable_record(record, run_name), indent=2,
-                                       sort_keys=True) + "\n")  # fmt: skip
+            path.write_text(
+                json.dumps(portable_record(record, run_name), indent=2, sort_keys=True) + "\n"
+            )
 
 
 def main(argv: list[str]) -> int:

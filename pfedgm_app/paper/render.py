@@ -80,8 +80,10 @@ def protocol_lines(cells: dict[tuple[str, str], Cell], columns: tuple[str, ...])
         for (_, col), cell in cells.items():
             found += [d for d in cell.differences if col == column and d not in found]
         if found:
-            lines.append(f"{OTHER_PROTOCOL.strip()} {column}: another protocol than the "
-                         f"paper's: {', '.join(found)}.")  # fmt: skip
+            lines.append(
+                f"{OTHER_PROTOCOL.strip()} {column}: another protocol than the "
+                f"paper's: {', '.join(found)}."
+            )
     return lines
 
 
@@ -129,20 +131,26 @@ def budget_line(cells: dict[tuple[str, str], Cell]) -> str:
     rounds = sorted({c.rounds for c in cells.values()})
     seeds = sorted({s for c in cells.values() for s in c.seeds})
     uneven = len({tuple(c.seeds) for c in cells.values()}) > 1
-    return (f"Ours: {'/'.join(map(str, rounds))} rounds (the paper: 200), seeds "
-            f"{', '.join(map(str, seeds))}; each cell: mean weighted by client test size "
-            "(std across clients), averaged over seeds; paper: its table."
-            + (" Not every cell has every seed yet: a cell averages the seeds it has."
-               if uneven else ""))  # fmt: skip
+    note = " Not every cell has every seed yet: a cell averages the seeds it has." if uneven else ""
+    return (
+        f"Ours: {'/'.join(map(str, rounds))} rounds (the paper: 200), seeds "
+        f"{', '.join(map(str, seeds))}; each cell: mean weighted by client test size "
+        "(std across clients), averaged over seeds; paper: its table." + note
+    )
 
 
-def paired_lines(table: Table, cells: dict[tuple[str, str], Cell], columns: tuple[str, ...]
-                 ) -> list[str]:  # fmt: skip
+def paired_lines(
+    table: Table, cells: dict[tuple[str, str], Cell], columns: tuple[str, ...]
+) -> list[str]:
     """{ours} - each other row per column: mean over (seed, client) pairs, se, clients up /
     down; with several seeds, each seed's gap too. Rows with no pair are left out."""
     ours = ours_row(table)
-    lines = [f"{ours.label} minus each row, per client (test-size weighted mean, standard "
-             "error, clients up / down; pooled over seeds):", "", *_header(columns)]  # fmt: skip
+    lines = [
+        f"{ours.label} minus each row, per client (test-size weighted mean, standard "
+        "error, clients up / down; pooled over seeds):",
+        "",
+        *_header(columns),
+    ]
     for row in table.rows:
         if row.name == ours.name:
             continue
@@ -163,8 +171,11 @@ def paired_lines(table: Table, cells: dict[tuple[str, str], Cell], columns: tupl
 def row_curves(out: Path, table: Table, column: str) -> dict[Row, dict[int, tuple[float, float]]]:
     """{row: its curve (`cells.curve`)} for the rows that evaluated along the way; a curve is
     the personalized accuracy, so rows reading another metric (the adaptation modes) have none."""
-    return {r: c for r in table.rows
-            if r.metric == "accuracy" and len(c := curve(out, column, r.run)) > 1}  # fmt: skip
+    return {
+        r: c
+        for r in table.rows
+        if r.metric == "accuracy" and len(c := curve(out, column, r.run)) > 1
+    }
 
 
 def round_lines(out: Path, table: Table, column: str) -> list[str]:
@@ -179,9 +190,13 @@ def round_lines(out: Path, table: Table, column: str) -> list[str]:
         return []
     rounds = sorted({r for c in curves.values() for r in c})
     mine = curves.get(ours)
-    lines = ["", f"{column}: personalized accuracy at each evaluated round (mean over seeds; "
-             f"in parentheses, {ours.label}'s mean minus the row's):", "",
-             *_header(tuple(map(str, rounds)))]  # fmt: skip
+    lines = [
+        "",
+        f"{column}: personalized accuracy at each evaluated round (mean over seeds; "
+        f"in parentheses, {ours.label}'s mean minus the row's):",
+        "",
+        *_header(tuple(map(str, rounds))),
+    ]
     for row, points in curves.items():
         texts = []
         for r in rounds:
@@ -193,8 +208,23 @@ def round_lines(out: Path, table: Table, column: str) -> list[str]:
     return lines
 
 
-CSV_FIELDS = ["table", "row", "label", "column", "seeds", "rounds", "mean", "std", "minutes",
-              "paper_mean", "paper_std", "gap_vs_ours", "gap_se", "wins", "losses"]  # fmt: skip
+CSV_FIELDS = [
+    "table",
+    "row",
+    "label",
+    "column",
+    "seeds",
+    "rounds",
+    "mean",
+    "std",
+    "minutes",
+    "paper_mean",
+    "paper_std",
+    "gap_vs_ours",
+    "gap_se",
+    "wins",
+    "losses",
+]
 
 
 def csv_text(out: Path, table: Table) -> str:
@@ -207,18 +237,29 @@ def csv_text(out: Path, table: Table) -> str:
         for column in table.columns:
             cell, paper = cells.get((row.name, column)), _paper(table, row, column)
             mine = cells.get((ours.name, column))
-            gap = (paired_gap(mine.per_client, cell.per_client)
-                   if cell and mine and row.name != ours.name else None)  # fmt: skip
+            gap = (
+                paired_gap(mine.per_client, cell.per_client)
+                if cell and mine and row.name != ours.name
+                else None
+            )
             found = {"table": table.name, "row": row.name, "label": row.label, "column": column}
             if cell:
-                found.update(seeds=" ".join(map(str, cell.seeds)), rounds=cell.rounds,
-                             mean=f"{cell.mean:.4f}", std=f"{cell.std:.4f}",
-                             minutes=f"{cell.minutes:.2f}")  # fmt: skip
+                found.update(
+                    seeds=" ".join(map(str, cell.seeds)),
+                    rounds=cell.rounds,
+                    mean=f"{cell.mean:.4f}",
+                    std=f"{cell.std:.4f}",
+                    minutes=f"{cell.minutes:.2f}",
+                )
             if paper:
                 found.update(paper_mean=paper[0], paper_std="" if paper[1] is None else paper[1])
             if gap:
-                found.update(gap_vs_ours=f"{gap.gap:.4f}", gap_se=f"{gap.se:.4f}", wins=gap.wins,
-                             losses=gap.losses)  # fmt: skip
+                found.update(
+                    gap_vs_ours=f"{gap.gap:.4f}",
+                    gap_se=f"{gap.se:.4f}",
+                    wins=gap.wins,
+                    losses=gap.losses,
+                )
             writer.writerow(found)
     return buffer.getvalue()
 

@@ -171,8 +171,12 @@ def _engine(engine: Engine) -> Callable[[dict, int], str]:
     flwr_command()  # before any run: a missing `flwr` is one line, not a failed grid
     # The user's Flower environment, as for their own `flwr run` (its FLWR_HOME, its managed
     # SuperLink); these take effect when that SuperLink starts (README, "the environment").
-    env = {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TELEMETRY_ENABLED": "0",
-           **os.environ, **engine.env}  # fmt: skip
+    env = {
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "FLWR_TELEMETRY_ENABLED": "0",
+        **os.environ,
+        **engine.env,
+    }
 
     def simulate(cfg: dict, n: int) -> str:
         run = run_app(cfg, n, env, engine.cpus, 7 * 24 * 3600, engine.gpus, engine.app_dir)
