@@ -4,7 +4,11 @@ deployment whose SuperNodes read their own folders."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import datasets
 import numpy as np
@@ -27,8 +31,11 @@ from pfedgm_app.data import (
     sources,
 )
 from pfedgm_app.data import device as device_data
+from pfedgm_app.data.labels import _declared_classes
+from pfedgm_app.data.sources import _columns
 from pfedgm_app.federation import discover_clients, unavailable
 from pfedgm_app.node import node_data
+from tests.conftest import SHARED_DATA as SHARED
 from tests.test_server import FakeGrid
 
 DIGITS = KNOWN_CLASSES["ylecun/mnist"]
@@ -141,6 +148,56 @@ def test_the_runs_class_list_comes_from_classes_or_the_dataset(mnist, tmp_path):
     for bad in ("a,,b", "a,b,a"):
         with pytest.raises(ConfigError, match="distinct non-empty names"):
             RunConfig(classes=bad).validate()
+
+
+def _features_classes(files: list[Path]) -> tuple[str, ...] | None:
+    """What `datasets` reads from a parquet file's schema: the label column's class names."""
+    import pyarrow.parquet as pq
+
+    features = datasets.Features.from_arrow_schema(pq.read_schema(files[0]))
+    label = features[_columns(str(files[0].parent), features)[1]]
+    return tuple(label.names) if isinstance(label, datasets.ClassLabel) else None
+
+
+@pytest.mark.parametrize("name", ["mnist", "cifar10", "cifar100", "emnist", "tinyimagenet"])
+def test_the_declared_class_list_is_the_one_datasets_reads(name):
+    """The class list read from a parquet schema's metadata without `datasets` is the one
+    `datasets` reads, for every dataset of ../shared/data."""
+    files = sorted((SHARED / name).rglob("*.parquet"))
+    if not files:
+        pytest.skip(f"no parquet files of {name} in ../shared/data")
+    import pyarrow.parquet as pq
+
+    assert _declared_classes(pq.read_schema(files[0]).metadata) == _features_classes(files)
+
+
+def test_the_declared_class_list_follows_columns_choice_or_leaves_it_to_datasets():
+    def meta(features):
+        return {b"huggingface": json.dumps({"info": {"features": features}}).encode()}
+
+    image, coarse = {"_type": "Image"}, {"names": ["x", "y"], "_type": "ClassLabel"}
+    fine = {"names": ["a", "b", "c"], "_type": "ClassLabel"}
+    both = {"img": image, "label": coarse, "fine_label": fine}  # as `_columns`: fine_label
+    assert _declared_classes(meta(both)) == ("a", "b", "c")
+    assert _declared_classes(meta({"img": image, "other": fine})) == ("a", "b", "c")
+    for unknown in (
+        {"img": image, "label": {"dtype": "int64", "_type": "Value"}},
+        {"label": fine},
+        {"img": image, "label": {"names": [1, 2], "_type": "ClassLabel"}},
+    ):
+        assert _declared_classes(meta(unknown)) is None
+    assert _declared_classes({}) is None and _declared_classes({b"huggingface": b"{"}) is None
+
+
+def test_a_local_copys_class_list_is_read_without_importing_datasets(mnist):
+    """Every message of a deployment asks for the run's class list in a fresh process:
+    `datasets` (seconds to import) stays out of it."""
+    code = (
+        "import sys; from pfedgm_app.data import run_classes; "
+        f"print(run_classes('', {str(mnist)!r})[:2], 'datasets' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["('0',", "'1')", "False"]
 
 
 def test_node_config_names_the_client_and_its_data(tmp_path, digits):

@@ -5,6 +5,7 @@ every label.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,7 +80,10 @@ def _dataset_classes(dataset: str) -> tuple[str, ...]:
     files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
     if path.exists() and files and all(f.suffix == ".parquet" for f in files):
         try:
-            features = datasets.Features.from_arrow_schema(pq.read_schema(files[0]))
+            schema = pq.read_schema(files[0])
+            if declared := _declared_classes(schema.metadata or {}):
+                return declared
+            features = datasets.Features.from_arrow_schema(schema)
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds
             raise ConfigError(f"{files[0]}: not a readable parquet file ({exc})") from exc
         label = features[_columns(source, features)[1]]
@@ -88,6 +92,28 @@ def _dataset_classes(dataset: str) -> tuple[str, ...]:
     elif path.is_dir():  # an image folder: its class subfolders (every split has them all)
         return tuple(next(iter(_image_folder(path).values())).features["label"].names)
     raise ConfigError(f"dataset {dataset!r} names no class list: {hint}")
+
+
+def _declared_classes(metadata: dict[bytes, bytes]) -> tuple[str, ...] | None:
+    """The label column's class names from the features a hub parquet file declares in its
+    schema's metadata, chosen as `sources._columns` chooses; None where it declares none in
+    this form (then `datasets` reads the schema). Every message of a deployment asks: this
+    reads them without importing `datasets` (seconds, in a fresh ClientApp process)."""
+    try:
+        features = json.loads(metadata[b"huggingface"])["info"]["features"]
+        kinds = {k: v.get("_type") for k, v in features.items()}
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
+    labels = [k for k, kind in kinds.items() if kind == "ClassLabel"]
+    for preferred in ("label", "fine_label"):  # as `_columns`: the last one inserted wins
+        if preferred in kinds:
+            labels.insert(0, preferred)
+    if "Image" not in kinds.values() or not labels or kinds[labels[0]] != "ClassLabel":
+        return None
+    names = features[labels[0]].get("names")
+    return (
+        tuple(names) if isinstance(names, list) and all(isinstance(n, str) for n in names) else None
+    )
 
 
 def _names(pool: PoolInfo) -> tuple[str, ...]:
