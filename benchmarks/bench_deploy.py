@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import anatomy
 from devtools.deployment import start_deployment
 from devtools.devices import write_devices
 from devtools.launch import stop_local_superlink
@@ -39,6 +40,8 @@ from pfedgm_app.run_folder import RunFolder
 ROOT = Path(__file__).resolve().parents[1]
 
 CLIENTS = 4
+# Flower's lines timestamped, the app's timing lines shown (every one: Ray folds repeats)
+DEBUG = {"FLWR_LOG_LEVEL": "DEBUG", "RAY_DEDUP_LOGS": "0"}
 # One ClientApp's start-up in a fresh process, as a SuperNode starts one per message.
 STARTUP = """
 import json, sys, time
@@ -82,10 +85,16 @@ def startup(cfg: dict, node: dict, cache: str, env: dict) -> dict:
     started = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-c", STARTUP, json.dumps(cfg), json.dumps(node), cache],
-        env=env, cwd=ROOT, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return {**json.loads(out.stdout.strip().splitlines()[-1]),
-            "wall": time.perf_counter() - started}  # fmt: skip
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {
+        **json.loads(out.stdout.strip().splitlines()[-1]),
+        "wall": time.perf_counter() - started,
+    }
 
 
 def main() -> None:
@@ -97,67 +106,111 @@ def main() -> None:
     parser.add_argument("--pool-size", type=int, default=8000, help="images over the 4 devices")
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--repeats", type=int, default=3, help="start-up measurements each")
+    parser.add_argument("--runs", type=int, default=3, help="simulation and deployment runs each")
+    parser.add_argument("--task-poll", type=float, help="FLWR_SUPEREXEC_TASK_POLL_INTERVAL (s)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-deploy-"))
-    cfg = {"method": "pfedgm", "dataset": str(Path(args.dataset).resolve()),
-           "dirichlet-alpha": args.alpha, "num-server-rounds": args.rounds,
-           "local-epochs": args.local_epochs, "fraction-train": args.fraction_train,
-           "pool-size": args.pool_size, "client-threads": 1}  # fmt: skip
+    cfg = {
+        "method": "pfedgm",
+        "dataset": str(Path(args.dataset).resolve()),
+        "dirichlet-alpha": args.alpha,
+        "num-server-rounds": args.rounds,
+        "local-epochs": args.local_epochs,
+        "fraction-train": args.fraction_train,
+        "pool-size": args.pool_size,
+        "client-threads": 1,
+    }
     devices = write_devices(cfg, CLIENTS, work / "devices")
-    nodes = [f"partition-id={i} num-partitions={CLIENTS} data-path='{d}'"
-             for i, d in enumerate(devices)]  # fmt: skip
-    results = []
+    nodes = [
+        f"partition-id={i} num-partitions={CLIENTS} data-path='{d}'" for i, d in enumerate(devices)
+    ]
+    results, sent, simulated = [], [], []
+    for i in range(args.runs):
+        home = work / f"sim-home-{i}"  # simulation: 2 ClientApps at a time, one thread each
+        env = {**offline_env(home), "PFEDGM_CACHE_DIR": str(work / "sim-cache"), **DEBUG}
+        try:
+            run = run_app({**cfg, "output-dir": str(work / f"sim-{i}")}, CLIENTS, env, timeout=1800)
+        finally:
+            stop_local_superlink(home)
+        results.append(figures(run, "simulation"))
+        simulated += anatomy.handler_parts(run.log)
+        print(json.dumps(results[-1]), flush=True)
 
-    home = work / "sim-home"  # simulation: 2 ClientApps at a time, one thread each
-    env = {**offline_env(home), "PFEDGM_CACHE_DIR": str(work / "sim-cache")}
-    try:
-        run = run_app({**cfg, "output-dir": str(work / "sim")}, CLIENTS, env, timeout=1800)
-    finally:
-        stop_local_superlink(home)
-    results.append(figures(run, "simulation"))
-    print(json.dumps(results[-1]), flush=True)
-
-    home = work / "deploy-home"  # deployment: one SuperNode process per device, loopback
-    env = {**offline_env(home), "OMP_NUM_THREADS": "1",
-           "PFEDGM_CACHE_DIR": str(work / "deploy-cache")}  # fmt: skip
-    deployment = start_deployment(home, nodes, env)
-    try:
-        run = run_app({**cfg, "output-dir": str(work / "deploy")}, CLIENTS, env,
-                      timeout=1800, federation=deployment.federation)  # fmt: skip
-    finally:
-        deployment.stop()
-        stop_local_superlink(home)
-    results.append(figures(run, "deployment"))
-    print(json.dumps(results[-1]), flush=True)
+        home = work / f"deploy-home-{i}"  # deployment: one SuperNode process per device
+        env = {
+            **offline_env(home),
+            "OMP_NUM_THREADS": "1",
+            **DEBUG,
+            "PFEDGM_CACHE_DIR": str(work / "deploy-cache"),
+            "PYTHONPROFILEIMPORTTIME": "1",
+        }
+        if args.task_poll is not None:
+            env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = str(args.task_poll)
+        deployment = start_deployment(home, nodes, env)
+        try:
+            run = run_app(
+                {**cfg, "output-dir": str(work / f"deploy-{i}")},
+                CLIENTS,
+                env,
+                timeout=1800,
+                federation=deployment.federation,
+            )
+        finally:
+            deployment.stop()
+            stop_local_superlink(home)
+        results.append(figures(run, "deployment"))
+        sent += [m for log in sorted(home.glob("supernode-*.log")) for m in anatomy.messages(log)]
+        print(json.dumps(results[-1]), flush=True)
 
     # A ClientApp's start-up in fresh processes: device 0, its own cache folder
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PFEDGM_CACHE_DIR": str(work / "start-cache")}
     node = {"partition-id": 0, "num-partitions": CLIENTS, "data-path": str(devices[0])}
     off = [startup(cfg, node, "off", env) for _ in range(args.repeats)]
     on = [startup(cfg, node, "on", env) for _ in range(args.repeats + 1)]  # 1st fills the cache
-    start = {kind: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-             for kind, rs in (("off", off), ("on", on[1:]))}  # fmt: skip
+    start = {
+        kind: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        for kind, rs in (("off", off), ("on", on[1:]))
+    }
     start["on"]["first_data"] = on[0]["data"]
     print(json.dumps({"startup": start}), flush=True)
 
-    print(f"\npFedGM, CIFAR-10 Dir({args.alpha}), {CLIENTS} clients ({args.pool_size} images), "
-          f"q = {args.fraction_train}, {args.local_epochs} local epochs, {args.rounds} rounds, "
-          "one torch thread per ClientApp")  # fmt: skip
-    print(f"{'run':<12}{'wall s':>8}{'app s':>8}{'s/round':>9}{'Phase 2 s':>11}{'accuracy':>10}"
-          f"{'data s: query':>15}{'later':>8}")  # fmt: skip
+    print(
+        f"\npFedGM, CIFAR-10 Dir({args.alpha}), {CLIENTS} clients ({args.pool_size} images), "
+        f"q = {args.fraction_train}, {args.local_epochs} local epochs, {args.rounds} rounds, "
+        "one torch thread per ClientApp"
+    )
+    print(
+        f"{'run':<12}{'wall s':>8}{'app s':>8}{'s/round':>9}{'Phase 2 s':>11}{'accuracy':>10}"
+        f"{'data s: query':>15}{'later':>8}"
+    )
     for r in results:
-        print(f"{r['run']:<12}{r['wall_seconds']:8.1f}{r['app_seconds']:8.1f}"
-              f"{r['seconds_per_round']:9.1f}{r['seconds_personalize']:11.1f}"
-              f"{r['accuracy']:10.2f}{r['data_seconds_query_max']:15.2f}"
-              f"{r['data_seconds_train_mean']:8.3f}")  # fmt: skip
+        print(
+            f"{r['run']:<12}{r['wall_seconds']:8.1f}{r['app_seconds']:8.1f}"
+            f"{r['seconds_per_round']:9.1f}{r['seconds_personalize']:11.1f}"
+            f"{r['accuracy']:10.2f}{r['data_seconds_query_max']:15.2f}"
+            f"{r['data_seconds_train_mean']:8.3f}"
+        )
+    by = {k: [r for r in results if r["run"] == k] for k in ("simulation", "deployment")}
+    for key, what in (("seconds_per_round", "a round"), ("seconds_personalize", "Phase 2")):
+        sim, dep = (statistics.median(r[key] for r in by[k]) for k in by)
+        print(f"deployment / simulation, {what} (medians of {args.runs} runs): {dep / sim:.2f}")
+    print("\nA deployment message, stage by stage (seconds over every message of every run):")
+    for kind in ("query", "train", "train.personalize"):
+        print(anatomy.table(sent, kind), end="\n\n")
+    print("A simulated message's handler (the same stages; no process, FAB or imports):")
+    for kind in ("query", "train", "personalize"):
+        print(anatomy.table(simulated, kind), end="\n\n")
     off, on = start["off"], start["on"]
-    print(f"ClientApp start-up, fresh process, device 0 (median of {args.repeats}): process "
-          f"{off['wall']:.1f} s without the cache / {on['wall']:.1f} s with it warm; imports "
-          f"{on['imports']:.1f} s; data {off['data']:.2f} s decoded / {on['data']:.3f} s from "
-          f"the cache (the first, which fills it: {on['first_data']:.2f} s)")  # fmt: skip
+    print(
+        f"ClientApp start-up, fresh process, device 0 (median of {args.repeats}): process "
+        f"{off['wall']:.1f} s without the cache / {on['wall']:.1f} s with it warm; imports "
+        f"{on['imports']:.1f} s; data {off['data']:.2f} s decoded / {on['data']:.3f} s from "
+        f"the cache (the first, which fills it: {on['first_data']:.2f} s)"
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"runs": results, "startup": start}, indent=2))
+        figures_ = {"runs": results, "startup": start, "messages": sent, "simulated": simulated}
+        Path(args.json).write_text(json.dumps(figures_, indent=2))
 
 
 if __name__ == "__main__":

@@ -118,6 +118,7 @@ Client = tuple[int, int, ClientPlugin, ClientTask, float]
 def client(msg: Message, context: Context, purpose: str) -> Client:
     """This client's id, num-partitions, its method's plug-in, its data and state, and the
     seconds its data took to be ready (decoded, or read from the cache)."""
+    log(DEBUG, "pFedGM app: %s handler starts", purpose)  # a mark for `log_timing`'s readers
     cfg, method, settings = parse_run_config(context.run_config)
     set_threads(cfg.client_threads)
     keep_freed_memory()
