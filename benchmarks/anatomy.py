@@ -77,7 +77,7 @@ def import_seconds(lines: list[tuple[int, int, str]]) -> dict[str, float]:
 def messages(log: Path) -> list[dict[str, float | str]]:
     """The messages of one SuperNode log, each {"type": ..., stage: seconds}."""
     found: list[dict] = []
-    marks: dict[str, float] = {}
+    marks: dict = {}
     imports: list[tuple[int, int, str]] = []
     for raw in log.read_text(errors="replace").splitlines():
         line = ANSI.sub("", raw)
@@ -95,8 +95,8 @@ def messages(log: Path) -> list[dict[str, float | str]]:
             continue
         elif text.startswith("Received successfully"):
             marks.setdefault("received", t)
-        elif text.startswith("Runtime.AcquireTask") and "received" in marks:
-            marks.setdefault("acquire", t)  # the first poll after the message takes it
+        elif text.startswith("Runtime.AcquireTask") and "start" not in marks:
+            marks.setdefault("polls", []).append(t)
         elif text.startswith("Start `flwr-clientapp` process"):
             marks["start"] = t
         elif text.startswith("[flwr-clientapp] Start FAB installation"):
@@ -119,9 +119,16 @@ def messages(log: Path) -> list[dict[str, float | str]]:
 
 def _stages(marks: dict, sent: float, parts: dict) -> dict[str, float]:
     """Seconds per stage of one message whose reply was sent at `sent`."""
-    need = ("received", "acquire", "start", "fab", "loading", "begin", "handler", "finished")
+    need = ("received", "polls", "fab", "loading", "begin", "handler", "finished")
     if any(k not in marks for k in need):
         return {}
+    # The SuperExec's poll that took the task: the first after the message was stored, which
+    # may be logged a moment before "Received successfully" (never after the task started)
+    first = marks.get("start", marks["fab"])
+    polls = [p for p in marks["polls"] if p <= first] or [first]
+    after = [p for p in polls if p >= marks["received"]]
+    marks["acquire"] = after[0] if after else polls[-1]
+    marks.setdefault("start", marks["acquire"])  # a serving process started before: no start
     handler = sum(parts.get(k, 0.0) for k in ("data", "model", "compute"))
     return {
         "receive": marks["received"] - marks["receiving"],

@@ -108,6 +108,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="start-up measurements each")
     parser.add_argument("--runs", type=int, default=3, help="simulation and deployment runs each")
     parser.add_argument("--task-poll", type=float, help="FLWR_SUPEREXEC_TASK_POLL_INTERVAL (s)")
+    parser.add_argument(
+        "--superexec",
+        help="the SuperNodes' executor, run by us beside `--isolation process` (e.g. "
+        "warm-subprocess, with Flower patched as docs/upstream/clientapp-process.md)",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-deploy-"))
@@ -147,7 +152,7 @@ def main() -> None:
         }
         if args.task_poll is not None:
             env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = str(args.task_poll)
-        deployment = start_deployment(home, nodes, env)
+        deployment = start_deployment(home, nodes, env, superexec=args.superexec)
         try:
             run = run_app(
                 {**cfg, "output-dir": str(work / f"deploy-{i}")},

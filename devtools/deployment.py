@@ -26,6 +26,10 @@ class Deployment:
     supernode_args: list[str] = field(default_factory=list)  # TLS flags and the SuperLink
     env: dict[str, str] = field(default_factory=dict)
     logs: Path = Path(".")
+    # Set: each SuperNode runs `--isolation process` beside a `flower-superexec --executor
+    # <this>` of ours (e.g. "warm-subprocess" of docs/upstream/clientapp-process.md)
+    superexec: str | None = None
+    executors: list[subprocess.Popen] = field(default_factory=list)
 
     def add_supernode(self, node_config: str, key: Path | None = None) -> int:
         """Start one more SuperNode (a device that joins now), signing with `key` where the
@@ -35,13 +39,29 @@ class Deployment:
         cmd = ["flower-supernode", *self.supernode_args]
         if key is not None:
             cmd += ["--auth-supernode-private-key", str(key)]
-        cmd += ["--port", str(free_port()), "--node-config", node_config]
-        self.processes.append(_spawn(cmd, self.env, self.logs / f"supernode-{index}.log"))
+        port = free_port()
+        cmd += ["--port", str(port), "--node-config", node_config]
+        if self.superexec:
+            cmd += ["--isolation", "process"]
+        log = self.logs / f"supernode-{index}.log"
+        self.processes.append(_spawn(cmd, self.env, log))
+        if self.superexec:  # its ClientApps write into the SuperNode's log, as in subprocess mode
+            executor = [
+                "flower-superexec",
+                "--runtime-api-address",
+                f"127.0.0.1:{port}",
+                "--insecure",
+                "--executor",
+                self.superexec,
+                "--parent-pid",
+                str(self.processes[-1].pid),
+            ]
+            self.executors.append(_spawn(executor, self.env, log))
         return index
 
     def stop(self) -> None:
         """Stop every process of the deployment and what each spawned (SuperExec, ClientApps)."""
-        kill(process_tree([p.pid for p in self.processes]))
+        kill(process_tree([p.pid for p in self.processes + self.executors]))
 
     def kill_supernode(self, index: int) -> None:
         """Kill the `index`-th SuperNode and its ClientApps, as a device that dies."""
@@ -56,6 +76,7 @@ def start_deployment(
     startup_timeout: float = 120,
     certs: Path | None = None,
     registered: Collection[int] | None = None,
+    superexec: str | None = None,
 ) -> Deployment:
     """Start `flower-superlink` and one `flower-supernode` per entry of `node_configs` (their
     `--node-config`, e.g. "partition-id=0 num-partitions=2") on free local ports, and register
@@ -70,6 +91,8 @@ def start_deployment(
     `registered` nodes' public keys are registered (`flwr supernode register`, as a user
     would) before any SuperNode starts: the others are refused and exit (their log says why).
     """
+    if superexec is not None and certs is not None:
+        raise ValueError("a SuperExec of ours (`superexec`) runs on loopback without TLS")
     if registered is not None and certs is None:
         raise ValueError("SuperNode authentication (`registered`) needs TLS (`certs`)")
     if not set(registered or ()) <= set(range(len(node_configs))):
@@ -89,7 +112,7 @@ def start_deployment(
     if keys is not None:
         link.append("--enable-supernode-auth")  # only registered public keys may join
     supernode = [*_tls_args(certs, "supernode"), "--superlink", f"127.0.0.1:{port}"]
-    deployment = Deployment(federation, [], supernode, env, flwr_home)
+    deployment = Deployment(federation, [], supernode, env, flwr_home, superexec)
     deployment.processes.append(_spawn(link, env, flwr_home / "superlink.log"))
     try:
         _wait_for_port(port, startup_timeout)
