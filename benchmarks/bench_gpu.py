@@ -17,6 +17,11 @@ would under Ray), else the clients train one after the other in this process. Pr
     python -m benchmarks.bench_gpu --dataset ../shared/data/cifar10      # 100 clients, 4 rounds
     python -m benchmarks.bench_gpu --workers 8 ...                        # 8 ClientApps at once
     python -m benchmarks.bench_gpu --device cpu --clients 10 --rounds 2  # the same on the CPU
+    python -m benchmarks.bench_gpu --engine flwr --workers 8 ...          # through `flwr run`
+
+With `--engine flwr` the run goes through Flower's simulation engine (Ray must be installed):
+`workers` ClientApps share the GPU (`client-resources-num-gpus` = 1/workers); seconds per round
+are the ServerApp's own (`rounds.jsonl`), and the projection the same as in process.
 """
 
 from __future__ import annotations
@@ -29,7 +34,10 @@ from pathlib import Path
 
 import torch
 
+from devtools.launch import stop_local_superlink
+from pfedgm_app.paper.flwr_cli import offline_env, run_app
 from pfedgm_app.paper.inprocess import run_inprocess
+from pfedgm_app.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,6 +55,12 @@ def main() -> None:
     ap.add_argument("--alpha", type=float, default=0.5)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--workers", type=int, default=1, help="ClientApp processes at once")
+    ap.add_argument(
+        "--engine",
+        choices=("inprocess", "flwr"),
+        default="inprocess",
+        help="flwr: through `flwr run` (Ray), num-gpus = 1/workers per ClientApp",
+    )
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
 
@@ -62,19 +76,29 @@ def main() -> None:
         "device": args.device,
         "output-dir": tempfile.mkdtemp(prefix="bench-gpu-"),
     }
-    print(f"{args.method} on {name}: {args.clients} clients, q={args.fraction}, "
-          f"{args.local_epochs} local epochs, {args.rounds} rounds, {args.workers} "
-          "ClientApp process(es)", flush=True)  # fmt: skip
+    print(
+        f"{args.method} on {name}: {args.clients} clients, q={args.fraction}, "
+        f"{args.local_epochs} local epochs, {args.rounds} rounds, {args.workers} "
+        "ClientApp process(es)",
+        flush=True,
+    )
     started = time.perf_counter()
-    summary, grid = run_inprocess(overrides, args.clients, workers=args.workers)
+    if args.engine == "flwr":
+        summary, later, first = through_flwr(overrides, args.clients, args.workers, cuda)
+        client_s = float("nan")  # Ray's actors: no per-handler seconds here
+    else:
+        summary, grid = run_inprocess(overrides, args.clients, workers=args.workers)
+        later = grid.rounds[1:] or grid.rounds
+        first = grid.starts[2][1] - started if len(grid.starts) > 2 else None
+        client_s = sum(s for s, _ in later)
     wall = time.perf_counter() - started
-
-    later = grid.rounds[1:] or grid.rounds
-    client_s = sum(s for s, _ in later)
     passes = sum(p for _, p in later)
-    per_round = grid.seconds_per_round()
+    per_round = (
+        sum(s for s, _ in later) / len(later) if args.engine == "flwr" else grid.seconds_per_round()
+    )
     personalize = summary["seconds-personalize"]
     figures = {
+        "engine": args.engine,
         "device": name,
         "method": args.method,
         "clients": args.clients,
@@ -87,7 +111,7 @@ def main() -> None:
         "sample_passes_per_round": passes / len(later),
         "seconds_per_round": per_round,
         "client_seconds_per_round": client_s / len(later),
-        "seconds_before_round_2": grid.starts[2][1] - started if len(grid.starts) > 2 else wall,
+        "seconds_before_round_2": first if first is not None else wall,
         "seconds_personalize": personalize,
         "projected_200_round_minutes": (wall + (PAPER_ROUNDS - args.rounds) * per_round) / 60,
         "mean_accuracy": summary["mean-accuracy"],
@@ -99,6 +123,26 @@ def main() -> None:
         print(f"  {key:28s} {value:.4g}" if isinstance(value, float) else f"  {key:28s} {value}")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+def through_flwr(
+    overrides: dict, clients: int, workers: int, cuda: bool
+) -> tuple[dict, list[tuple[float, float]], float | None]:
+    """The run through `flwr run` (Flower's simulation engine, Ray), `workers` ClientApps at
+    once on the GPU (`client-resources-num-gpus` = 1/workers) or the CPU: its summary, the
+    (seconds, sample-passes) of the rounds after the first, and the seconds before round 2
+    (None: not recorded)."""
+    home = Path(tempfile.mkdtemp(prefix="bench-gpu-home-"))
+    gpus = 1 / workers if cuda else 0.0
+    try:
+        run = run_app(overrides, clients, offline_env(home), 1, 7200, gpus)
+    finally:
+        stop_local_superlink(home)
+    if not run.ok:
+        raise SystemExit(f"flwr run {run.status}:\n{run.log[-3000:]}")
+    rounds = [r for r in RunFolder(run.output_dir).read_rounds() if "seconds" in r]
+    later = [(r["seconds"], r.get("sample-passes", 0.0)) for r in rounds[1:] or rounds]
+    return run.summary, later, None
 
 
 if __name__ == "__main__":

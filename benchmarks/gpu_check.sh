@@ -39,3 +39,13 @@ for workers in ${WORKERS:-1 8}; do
     awk -F, '{s += $2; n++} END {if (n) printf "  mean GPU utilization %.0f%% over %d samples\n", s / n, n}' "$OUT/smi-$run.csv" 2>/dev/null
   done
 done
+# Through `flwr run` (Flower's simulation engine) where Ray is installed: 8 ClientApps share
+# the GPU (client-resources-num-gpus=0.125). A lent machine without Ray skips it: Ray's wheel
+# (74 MB) is more than a lent machine can be given.
+if python3 -c "import ray" 2>/dev/null; then
+  timeout 600 python3 -m benchmarks.bench_gpu --engine flwr --dataset "$DATA/cifar10" \
+    --rounds 4 --workers 8 --json "$OUT/bench-gpu-flwr-w8.json" 2>&1 \
+    | tee "$OUT/bench-gpu-flwr-w8.log" | grep -v INFO
+else
+  echo "no Ray here: the flwr-run figure is skipped"
+fi

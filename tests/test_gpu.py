@@ -5,6 +5,8 @@ no CUDA device (CI); `benchmarks/gpu_check.sh` runs them on a GPU machine.
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -19,6 +21,7 @@ from pfedgm_app.gaussian import (
     update_prototypes_,
 )
 from pfedgm_app.methods import METHODS, ClientState, ClientTask, get_method
+from pfedgm_app.paper.flwr_cli import run_app
 from pfedgm_app.paper.inprocess import run_inprocess
 
 pytestmark = [
@@ -136,3 +139,17 @@ def test_every_method_runs_through_the_apps_on_cuda(name, cifar10, tmp_path):
     }, 4)  # fmt: skip
     assert summary["num-clients-evaluated"] == 4 and len(grid.rounds) == 2
     assert 0 <= summary["mean-accuracy"] <= 100
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="flwr run needs Ray")
+def test_clientapps_share_the_gpu_through_flwr_run(cifar10, flower_env, tmp_path):
+    """`flwr run` with `client-resources-num-gpus=0.5`: Ray runs two ClientApps at once on
+    the GPU (`device=cuda` refuses to run without one), and the run personalizes every
+    client (docs/running.md, "On a GPU")."""
+    cfg = {"method": "pfedgm", "dataset": str(cifar10), "device": "cuda", "num-server-rounds": 2,
+           "fraction-train": 1.0, "local-epochs": 1, "pool-size": 2000,
+           "output-dir": str(tmp_path), **FAST}  # fmt: skip
+    run = run_app(cfg, 4, flower_env, timeout=900, gpus_per_client=0.5)
+    assert run.ok, run.log[-3000:]
+    assert run.summary["num-clients-evaluated"] == 4
