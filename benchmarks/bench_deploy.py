@@ -13,7 +13,7 @@ and fills the cache, and in later messages); then, in fresh processes as a deplo
 one per message, the imports and the data's seconds without the cache (decoding, as every
 message did before it) and with it warm.
 
-    python -m benchmarks.bench_deploy                          # 3 rounds, 8,000 images
+    python -m benchmarks.bench_deploy                          # 3 rounds, 2,400 images, 5 local epochs
     python -m benchmarks.bench_deploy --rounds 5 --pool-size 12000
 """
 
@@ -101,9 +101,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", default=str(ROOT.parent / "shared/data/cifar10"))
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--local-epochs", type=int, default=2)
+    parser.add_argument("--local-epochs", type=int, default=5)
     parser.add_argument("--fraction-train", type=float, default=0.5)
-    parser.add_argument("--pool-size", type=int, default=8000, help="images over the 4 devices")
+    parser.add_argument(
+        "--pool-size",
+        type=int,
+        default=2400,
+        help="images over the 4 devices (600 each: the paper's 100-client sizes)",
+    )
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--repeats", type=int, default=3, help="start-up measurements each")
     parser.add_argument("--runs", type=int, default=3, help="simulation and deployment runs each")
