@@ -13,7 +13,7 @@ and fills the cache, and in later messages); then, in fresh processes as a deplo
 one per message, the imports and the data's seconds without the cache (decoding, as every
 message did before it) and with it warm.
 
-    python -m benchmarks.bench_deploy                          # 3 rounds, 2,400 images, 5 local epochs
+    python -m benchmarks.bench_deploy                 # 3 rounds, 2,400 images, 5 local epochs
     python -m benchmarks.bench_deploy --rounds 5 --pool-size 12000
 """
 
