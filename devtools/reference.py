@@ -27,6 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pfedgm_app.paper.inprocess as inprocess
+from devtools.same_numbers import TINY
 from pfedgm_app import presets
 from pfedgm_app.methods import METHODS, get_method, markdown_table
 from pfedgm_app.run_config_doc import run_config_tables
@@ -241,18 +242,7 @@ paper's are about 814). `num-supernodes` is the federation size the preset needs
 # What leaves a device ---------------------------------------------------------------------
 
 # Two rounds (LG-FedAvg's warm-up round, then its own), every client trains in each; short.
-REPLY_RUN = {
-    "num-server-rounds": 2,
-    "local-epochs": 1,
-    "finetune-epochs": 1,
-    "personal-epochs": 1,
-    "fedrep-refit-epochs": 1,
-    "lbfgs-cycles": 1,
-    "pfedme-inner-steps": 1,
-    "pool-size": 600,
-    "fraction-train": 1.0,
-    "client-threads": 1,
-}
+REPLY_RUN = {**TINY, "fraction-train": 1.0}
 PARTS = ("generator", "head", "convolutions")
 
 
