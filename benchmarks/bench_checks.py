@@ -26,10 +26,10 @@ from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
 from pfedgm_app.gaussian import GaussianHead
 from pfedgm_app.models import build_model
-from pfedgm_app.paper.inprocess import _set_task_identity, run_inprocess
 from pfedgm_app.run_folder import RunFolder
 from pfedgm_app.strategies import PFedGM
 from pfedgm_app.strategies.robust import weighted_mean
+from pfedgm_engine.inprocess import _set_task_identity, run_inprocess
 
 ROOT = Path(__file__).resolve().parents[1]
 

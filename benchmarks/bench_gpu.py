@@ -1,6 +1,6 @@
 """pFedGM on one GPU: a short simulation of the paper's CIFAR-10 protocol, projected to 200 rounds.
 
-Runs the app's ServerApp and ClientApps without Ray (`pfedgm_app.paper.inprocess`: a lent GPU
+Runs the app's ServerApp and ClientApps without Ray (`pfedgm_engine.inprocess`: a lent GPU
 machine has torch but not Ray, so Flower's simulation engine cannot run there) over `--clients`
 partitions with q = `--fraction`, `--local-epochs` epochs, batch 50, on `--device`; with
 `--workers N`, N ClientApp processes share the device (as `client-resources-num-gpus` = 1/N
@@ -36,8 +36,8 @@ import torch
 
 from devtools.launch import stop_local_superlink
 from pfedgm_app.paper.flwr_cli import offline_env, run_app
-from pfedgm_app.paper.inprocess import run_inprocess
 from pfedgm_app.run_folder import RunFolder
+from pfedgm_engine.inprocess import run_inprocess
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,16 +86,15 @@ def main() -> None:
     if args.engine == "flwr":
         summary, later, first = through_flwr(overrides, args.clients, args.workers, cuda)
         client_s = float("nan")  # Ray's actors: no per-handler seconds here
+        per_round = sum(s for s, _ in later) / len(later)
     else:
         summary, grid = run_inprocess(overrides, args.clients, workers=args.workers)
         later = grid.rounds[1:] or grid.rounds
         first = grid.starts[2][1] - started if len(grid.starts) > 2 else None
         client_s = sum(s for s, _ in later)
+        per_round = grid.seconds_per_round()
     wall = time.perf_counter() - started
     passes = sum(p for _, p in later)
-    per_round = (
-        sum(s for s, _ in later) / len(later) if args.engine == "flwr" else grid.seconds_per_round()
-    )
     personalize = summary["seconds-personalize"]
     figures = {
         "engine": args.engine,

@@ -17,7 +17,7 @@ ServerApp) keeps busy during the rounds.
     python -m benchmarks.bench_scale --engine inprocess       # the app alone, no Flower engine
 
 `--engine inprocess` runs the same ServerApp and ClientApps in this process, one client after
-the other (`pfedgm_app.paper.inprocess`): what the app itself costs, without the simulation engine's
+the other (`pfedgm_engine.inprocess`): what the app itself costs, without the simulation engine's
 per-node polling (see benchmarks/README.md); its peak memory is this process's.
 """
 
@@ -56,7 +56,7 @@ def scale_run(clients: int, args: argparse.Namespace, env: dict, home: Path) -> 
         "output-dir": str(out),
     }
     if args.engine == "inprocess":
-        from pfedgm_app.paper.inprocess import run_inprocess
+        from pfedgm_engine.inprocess import run_inprocess
 
         s, _ = run_inprocess({**cfg, "client-threads": 1}, clients)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # ever, this process

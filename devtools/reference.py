@@ -26,7 +26,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-import pfedgm_app.paper.inprocess as inprocess
+import pfedgm_engine.inprocess as inprocess
 from devtools.same_numbers import TINY
 from pfedgm_app import presets
 from pfedgm_app.methods import METHODS, get_method, markdown_table
@@ -247,7 +247,7 @@ PARTS = ("generator", "head", "convolutions")
 
 
 def record_replies(data: Path, workdir: Path) -> tuple[dict[str, list], dict]:
-    """Every method through the real ClientApp handlers (`pfedgm_app.paper.inprocess`, two
+    """Every method through the real ClientApp handlers (`pfedgm_engine.inprocess`, two
     clients of `data`, two rounds): {method: [(node id, message type, {record name: record})]}
     of every reply, and {method: its model}."""
     replies: dict[str, list] = defaultdict(list)

@@ -34,7 +34,7 @@ TINY = {
 
 def run(out: Path) -> None:
     from pfedgm_app.methods import METHODS
-    from pfedgm_app.paper.inprocess import run_inprocess
+    from pfedgm_engine.inprocess import run_inprocess
 
     data = Path(__file__).resolve().parents[2] / "shared/data/mnist"
     for method in METHODS:

@@ -9,7 +9,7 @@ import pytest
 
 from devtools.launch import stop_local_superlink
 from pfedgm_app.paper.flwr_cli import offline_env
-from pfedgm_app.paper.inprocess import run_identity
+from pfedgm_engine.inprocess import run_identity
 
 ROOT = Path(__file__).resolve().parents[1]
 # PFEDGM_SHARED_DATA: a copy elsewhere (a GPU machine gets one beside the repo, see benchmarks/)

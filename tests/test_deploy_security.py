@@ -132,7 +132,7 @@ FEDPAC_EXTRAS = {"head.weight", "head.bias", wire.PROTOS, wire.CLASS_COUNTS, wir
 
 
 def test_what_leaves_a_device_is_what_docs_privacy_says(every_method_run):
-    """Every method through the real ClientApp (`pfedgm_app.paper.inprocess`, MNIST, two clients,
+    """Every method through the real ClientApp (`pfedgm_engine.inprocess`, MNIST, two clients,
     two rounds): each reply holds only arrays and numeric metrics; a train reply's arrays are whole
     model parts (each array of its parameter's shape), the parts the method declares, plus
     FedPAC's declared statistics, none with the client's number of samples as a dimension (no

@@ -24,5 +24,5 @@ def test_the_fab_holds_the_app_and_no_results_docs_benchmarks_tests_or_data(tmp_
     packaged = {n for n in names if n.startswith("pfedgm_app/")}
     sources = {str(p.relative_to(ROOT)) for p in (ROOT / "pfedgm_app").rglob("*.py")}
     tooling = {s for s in sources if s.startswith("pfedgm_app/paper/")}
-    assert tooling and not packaged & tooling  # tables, figures, the in-process engine
+    assert tooling and not packaged & tooling  # tables, figures, the paper's runner
     assert packaged == {s for s in sources if "__pycache__" not in s} - tooling

@@ -22,7 +22,7 @@ from pfedgm_app.gaussian import (
 )
 from pfedgm_app.methods import METHODS, ClientState, ClientTask, get_method
 from pfedgm_app.paper.flwr_cli import run_app
-from pfedgm_app.paper.inprocess import run_inprocess
+from pfedgm_engine.inprocess import run_inprocess
 
 pytestmark = [
     pytest.mark.gpu,
@@ -129,7 +129,7 @@ def test_every_method_trains_and_personalizes_on_cuda(name):
 
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_every_method_runs_through_the_apps_on_cuda(name, cifar10, tmp_path):
-    """The ServerApp and ClientApps (`pfedgm_app.paper.inprocess`: no Ray on a GPU machine) on
+    """The ServerApp and ClientApps (`pfedgm_engine.inprocess`: no Ray on a GPU machine) on
     CUDA: the client data and state on the GPU, the server's extras sent back to it, every client
     personalized."""
     summary, grid = run_inprocess({

@@ -12,8 +12,8 @@ from pfedgm_app import initial_model
 from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.experiment import initial_arrays
 from pfedgm_app.methods import get_method, parse_run_config
-from pfedgm_app.paper.inprocess import run_inprocess
 from pfedgm_app.run_folder import RunFolder
+from pfedgm_engine.inprocess import run_inprocess
 
 MNIST, CIFAR = (1, 28, 28), (3, 32, 32)
 
@@ -103,7 +103,7 @@ TINY = {"local-epochs": 1, "personal-epochs": 1, "lbfgs-cycles": 1, "pool-size":
 
 
 def _recording(kinds):
-    from pfedgm_app.paper.inprocess import app_component
+    from pfedgm_engine.inprocess import app_component
 
     client_app = app_component("clientapp")
 

@@ -1,4 +1,4 @@
-"""The ServerApp and ClientApp in one process (`pfedgm_app.paper.inprocess`, the driver of the
+"""The ServerApp and ClientApp in one process (`pfedgm_engine.inprocess`, the driver of the
 GPU checks and of long measurement runs): it dispatches through the ClientApp object as Flower's
 engine does (every registered handler is reached, a handler that raises is an error reply), and
 every method gives the same per-client results and global model as through `flwr run`."""
@@ -18,8 +18,8 @@ from pfedgm_app import client_app as pfedgm_client
 from pfedgm_app import wire
 from pfedgm_app.methods import METHODS, run_config_keys
 from pfedgm_app.paper.flwr_cli import run_app
-from pfedgm_app.paper.inprocess import InProcessGrid, run_inprocess
 from pfedgm_app.run_folder import RunFolder
+from pfedgm_engine.inprocess import InProcessGrid, run_inprocess
 from tests.test_e2e import BASELINE_RUN, ENGINE_BASELINES
 
 TINY = {"num-server-rounds": 2, "local-epochs": 1, "pool-size": 2000, "fraction-train": 0.5,

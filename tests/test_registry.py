@@ -24,8 +24,8 @@ from pfedgm_app.methods import (
 )
 from pfedgm_app.models import Model
 from pfedgm_app.paper.grid import method_row
-from pfedgm_app.paper.inprocess import run_inprocess
 from pfedgm_app.training import supervised_step
+from pfedgm_engine.inprocess import run_inprocess
 
 TRAINED: list[int] = []  # the epochs of every round a toy client trained, in this process
 

@@ -22,10 +22,10 @@ from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.methods import METHODS
 from pfedgm_app.methods.pfedgm import PFedGMSettings
 from pfedgm_app.paper.flwr_cli import run_app
-from pfedgm_app.paper.inprocess import RunStopped, run_inprocess
 from pfedgm_app.results import RunWriter
 from pfedgm_app.run_folder import RunFolder
 from pfedgm_app.strategies import FedPAC
+from pfedgm_engine.inprocess import RunStopped, run_inprocess
 
 RUN = {"num-server-rounds": 4, "local-epochs": 1, "pool-size": 1500, "fraction-train": 0.5,
        "client-threads": 1}  # fmt: skip

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..config import ConfigError, parse_classes
-from .sources import PoolInfo, _columns, _image_folder, load_pool, resolve_dataset
+from .sources import (
+    PoolInfo,
+    _columns,
+    _image_folder,
+    load_pool,
+    pick_columns,
+    resolve_dataset,
+)
 
 if TYPE_CHECKING:
     import datasets
@@ -96,21 +103,19 @@ def _dataset_classes(dataset: str) -> tuple[str, ...]:
 
 def _declared_classes(metadata: dict[bytes, bytes]) -> tuple[str, ...] | None:
     """The label column's class names from the features a hub parquet file declares in its
-    schema's metadata, chosen as `sources._columns` chooses; None where it declares none in
-    this form (then `datasets` reads the schema). Every message of a deployment asks: this
-    reads them without importing `datasets` (seconds, in a fresh ClientApp process)."""
+    schema's metadata, the column chosen by `sources.pick_columns` as for a pool; None where
+    it declares none in this form (then `datasets` reads the schema). Every message of a
+    deployment asks: this reads them without importing `datasets` (seconds, in a fresh
+    ClientApp process)."""
     try:
         features = json.loads(metadata[b"huggingface"])["info"]["features"]
         kinds = {k: v.get("_type") for k, v in features.items()}
     except (KeyError, TypeError, AttributeError, ValueError):
         return None
-    labels = [k for k, kind in kinds.items() if kind == "ClassLabel"]
-    for preferred in ("label", "fine_label"):  # as `_columns`: the last one inserted wins
-        if preferred in kinds:
-            labels.insert(0, preferred)
-    if "Image" not in kinds.values() or not labels or kinds[labels[0]] != "ClassLabel":
+    picked = pick_columns(kinds)
+    if picked is None or kinds[picked[1]] != "ClassLabel":
         return None
-    names = features[labels[0]].get("names")
+    names = features[picked[1]].get("names")
     return (
         tuple(names) if isinstance(names, list) and all(isinstance(n, str) for n in names) else None
     )

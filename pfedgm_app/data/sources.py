@@ -217,13 +217,21 @@ def _image_folder(path: Path) -> datasets.DatasetDict:
 def _columns(source: str, features: datasets.Features) -> tuple[str, str]:
     if source in HUB_DATASETS:
         return HUB_DATASETS[source]
-    images = [k for k, v in features.items() if isinstance(v, datasets.Image)]
-    labels = [k for k, v in features.items() if isinstance(v, datasets.ClassLabel)]
-    for preferred in ("label", "fine_label"):
-        if preferred in features:
-            labels.insert(0, preferred)
-    if not images or not labels:
+    picked = pick_columns({k: type(v).__name__ for k, v in features.items()})
+    if picked is None:
         raise ConfigError(
             f"{source!r}: need an Image column and a ClassLabel column, found {dict(features)}"
         )
-    return images[0], labels[0]
+    return picked
+
+
+def pick_columns(kinds: dict[str, str]) -> tuple[str, str] | None:
+    """(image, label) column of features given by kind ("Image", "ClassLabel", ...): the first
+    image column, the label column preferred by name ("fine_label", then "label", whatever
+    their kind: the caller checks it); None without both."""
+    images = [k for k, kind in kinds.items() if kind == "Image"]
+    labels = [k for k, kind in kinds.items() if kind == "ClassLabel"]
+    for preferred in ("label", "fine_label"):
+        if preferred in kinds:
+            labels.insert(0, preferred)
+    return (images[0], labels[0]) if images and labels else None

@@ -3,7 +3,7 @@
 A run whose folder holds `summary.json` is done and skipped; one that left `checkpoint.pt`
 continues from it (`resume=true`), so a stopped grid goes on where it stopped. Runs go through
 Flower's simulation engine (`flwr run`, `flwr_cli.run_app`) or, from a checkout of the
-repository, the in-process driver (`pfedgm_app.paper.inprocess`: the same per-client results, no
+repository, the in-process driver (`pfedgm_engine.inprocess`: the same per-client results, no
 Ray).
 """
 
@@ -145,7 +145,7 @@ def _tick(progress: Progress, stop: threading.Event, every: float) -> None:
 def _engine(engine: Engine) -> Callable[[dict, int], str]:
     """A function running one run-config on N SuperNodes, returning "ok" or what went wrong."""
     if engine.name == "inprocess":
-        from .inprocess import APP_DIR, run_inprocess
+        from pfedgm_engine.inprocess import APP_DIR, run_inprocess
 
         if not (APP_DIR / "pyproject.toml").exists():  # the components it loads are named there
             raise ValueError(

@@ -39,8 +39,8 @@ from typing import Any
 from uuid import uuid4
 
 # Besides the public `flwr.app`, `flwr.clientapp`, `flwr.serverapp` and `flwr.common.log`,
-# an engine needs names Flower does not export; this module alone takes them (what a FAB
-# carries uses none: `tests/test_public_api.py` pins this list). The error replies are built
+# an engine needs names Flower does not export; this package alone takes them (the app uses
+# none: `tests/test_public_api.py` pins this list). The error replies are built
 # from the exception types and codes of Flower's own modules (`ClientAppException`,
 # `LoadClientAppError`, `ErrorCode`); Flower sets a process's `TaskIdentity` before it runs an
 # app, and `Message(...)` reads it, so a ServerApp run outside Flower needs one; `Grid.run`
@@ -55,11 +55,11 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
-from .. import wire
-from ..methods import run_config_keys
-from ..run_folder import RunFolder
-from ..wire import PERSONALIZE_MESSAGE_TYPE
-from .flwr_cli import APP_DIR
+from pfedgm_app import wire
+from pfedgm_app.methods import run_config_keys
+from pfedgm_app.paper.flwr_cli import APP_DIR
+from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.wire import PERSONALIZE_MESSAGE_TYPE
 
 # What answers a SuperNode's messages: the app's `ClientApp`, or anything called as Flower
 # calls one (e.g. a function that records what the ClientApp replies)
