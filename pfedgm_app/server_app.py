@@ -55,9 +55,9 @@ def main(grid: Grid, context: Context) -> None:
         cfg, method, settings = parse_run_config(context.run_config)
         cfg = dataclasses.replace(cfg, dataset=resolve_dataset(cfg.dataset))
         initial = initial_model.read(cfg) if cfg.initial_model else None  # before any message
-        if window := messages_in_flight(cfg.messages_in_flight):  # every exchange below
-            grid = WindowedGrid(grid, window)
-            log(INFO, "pFedGM app: at most %d messages in flight (messages-in-flight)", window)
+        grid = WindowedGrid(grid, messages_in_flight(cfg.messages_in_flight))  # every exchange
+        if grid.window:
+            log(INFO, "pFedGM app: at most %d messages in flight (messages-in-flight)", grid.window)
         writer = RunWriter.create(cfg, settings, started)
         left_out: dict[int, str] = {}  # min-nodes: SuperNodes that could not take part, why
         clients = discover_clients(grid, cfg, left_out)  # the clients load their data

@@ -1,5 +1,5 @@
-"""WindowedGrid: at most `window` messages unanswered at a time, the same replies as Flower's
-send_and_receive, the timeout, and refused pushes."""
+"""WindowedGrid: at most `window` messages unanswered at a time (0: all), its own polling, the
+same replies as Flower's send_and_receive, the timeout, and refused pushes."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ class FakeGrid:
         return replies
 
     def send_and_receive(self, messages, *, timeout=None):
-        return ["unwindowed"]
+        raise AssertionError("WindowedGrid pushes and pulls itself")
 
 
 def _messages(nodes):
@@ -70,8 +70,14 @@ def test_keeps_at_most_window_in_flight_and_answers_every_message_in_order(windo
     assert sorted(r.metadata.src_node_id for r in replies) == list(range(20))
 
 
-def test_window_zero_is_flowers_own_exchange():
-    assert WindowedGrid(FakeGrid(), 0).send_and_receive(_messages([1])) == ["unwindowed"]
+def test_window_zero_pushes_all_at_once_and_polls_until_every_reply_is_in():
+    inner = FakeGrid(delay=3)
+    replies = WindowedGrid(inner, 0, poll_interval=0).send_and_receive(_messages(range(20)))
+    assert inner.peak == 20 and inner.pushed == list(range(20))  # one push of all 20
+    assert sorted(r.metadata.src_node_id for r in replies) == list(range(20))
+    assert not inner.unanswered  # not Flower's send_and_receive (which sleeps 3 s a poll)
+    with pytest.raises(ValueError, match="window must be >= 0"):
+        WindowedGrid(FakeGrid(), -1)
     with pytest.raises(ValueError, match="window must be >= 0"):
         WindowedGrid(FakeGrid(), -1)
 

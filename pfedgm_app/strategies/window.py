@@ -1,8 +1,14 @@
-"""A Grid that keeps a bounded number of messages in flight (flwr only), and the window that
-run-config `messages-in-flight` gives it.
+"""A Grid that polls for replies every 0.1 s and keeps a bounded number of messages in flight,
+and the window that run-config `messages-in-flight` gives it.
 
-Why: a simulation engine whose cost per poll grows with the messages waiting in its store
-(Flower 1.42's checks every stored message for every simulated node it polls:
+Why poll: Flower 1.42's deployment grid (the ServerApp's, behind a SuperLink) checks for replies
+every 3 s, so every exchange of a deployment takes a multiple of 3 s, however quick its
+ClientApps (`benchmarks/README.md`, `bench_deploy.py`). Pushing the messages and pulling their
+replies through the grid's public `push_messages` / `pull_messages` notices each reply within
+0.1 s; the simulation's grid polls every 0.1 s already, so there nothing changes.
+
+Why a window: a simulation engine whose cost per poll grows with the messages waiting in its
+store (Flower 1.42's checks every stored message for every simulated node it polls:
 `docs/upstream/poller-index.md`) costs less with fewer messages in flight. Keeping about as
 many as ClientApps run at once bounds that cost by the window instead of the sampled clients;
 the replies are the same. Each message then waits for a reply to come back first, which
@@ -46,7 +52,8 @@ def messages_in_flight(setting: int) -> int:
 
 class WindowedGrid(Grid):
     """Wraps `grid`; `send_and_receive` pushes at most `window` messages before their replies
-    arrive (0: all at once, as Flower's own grids). Everything else is `grid`'s.
+    arrive (0: all at once, as Flower's own grids) and looks for replies every `poll_interval`
+    seconds while none arrives. Everything else is `grid`'s.
 
     The replies and their contents are those of `grid.send_and_receive`; only the order in
     which messages are pushed differs (the input order, `window` at a time). `timeout` bounds
@@ -92,18 +99,16 @@ class WindowedGrid(Grid):
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> Iterable[Message]:
-        """Push `messages` `window` at a time, pushing the next as each reply arrives; return
-        the replies received before `timeout` (seconds for the whole exchange; None: no limit).
-        """
-        if self.window == 0:
-            return self.grid.send_and_receive(messages, timeout=timeout)
+        """Push `messages` `window` at a time (0: all), pushing the next as each reply arrives;
+        return the replies received before `timeout` (seconds for the whole exchange; None: no
+        limit)."""
         pending = list(messages)
         pending.reverse()  # pop() from the end sends them in the given order
         deadline = None if timeout is None else time.monotonic() + timeout
         in_flight: set[str] = set()
         replies: list[Message] = []
         while pending or in_flight:
-            free = self.window - len(in_flight)
+            free = (self.window or len(pending)) - len(in_flight)
             if pending and free > 0:
                 batch = [pending.pop() for _ in range(min(free, len(pending)))]
                 in_flight.update(i for i in self.grid.push_messages(batch) if i)  # None: refused
