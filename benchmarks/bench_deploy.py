@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from benchmarks import anatomy
-from devtools.deployment import start_deployment
+from devtools.deployment import add_executor_options, executor_env, start_deployment
 from devtools.devices import write_devices
 from devtools.launch import stop_local_superlink
 from pfedgm_app.paper.flwr_cli import offline_env, run_app
@@ -112,12 +112,7 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--repeats", type=int, default=3, help="start-up measurements each")
     parser.add_argument("--runs", type=int, default=3, help="simulation and deployment runs each")
-    parser.add_argument("--task-poll", type=float, help="FLWR_SUPEREXEC_TASK_POLL_INTERVAL (s)")
-    parser.add_argument(
-        "--superexec",
-        help="the SuperNodes' executor, run by us beside `--isolation process` (e.g. "
-        "warm-subprocess, with Flower patched as docs/upstream/clientapp-process.md)",
-    )
+    add_executor_options(parser)
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-deploy-"))
@@ -154,9 +149,8 @@ def main() -> None:
             **DEBUG,
             "PFEDGM_CACHE_DIR": str(work / "deploy-cache"),
             "PYTHONPROFILEIMPORTTIME": "1",
+            **executor_env(args),
         }
-        if args.task_poll is not None:
-            env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = str(args.task_poll)
         deployment = start_deployment(home, nodes, env, superexec=args.superexec)
         try:
             run = run_app(

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import torch
 from PIL import Image
 
-from devtools.deployment import start_deployment
+from devtools.deployment import add_executor_options, executor_env, start_deployment
 from devtools.devices import write_devices
 from devtools.launch import stop_local_superlink
 from pfedgm_app import personal_model, predict
@@ -113,6 +113,7 @@ def main() -> None:
     parser.add_argument("--pool-size", type=int, default=5000, help="images over the devices")
     parser.add_argument("--predict-images", type=int, default=2000)
     parser.add_argument("--json", help="also write the figures to this file")
+    add_executor_options(parser)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-join-"))
     n, new = args.devices, args.devices - 1
@@ -136,8 +137,8 @@ def main() -> None:
 
     home = work / "deploy-home"  # 2. and 3.: one SuperNode process per device, loopback
     env = {**offline_env(home), "OMP_NUM_THREADS": "1",
-           "PFEDGM_CACHE_DIR": str(work / "deploy-cache")}  # fmt: skip
-    deployment = start_deployment(home, nodes[:new], env)
+           "PFEDGM_CACHE_DIR": str(work / "deploy-cache"), **executor_env(args)}  # fmt: skip
+    deployment = start_deployment(home, nodes[:new], env, superexec=args.superexec)
     try:
         trained = work / "without"
         run = run_app({**cfg, "min-nodes": new, "output-dir": str(trained)}, new, env,

@@ -5,6 +5,7 @@ tests and benchmarks. Runs are submitted to it with `pfedgm_app.paper.flwr_cli.r
 
 from __future__ import annotations
 
+import argparse
 import json
 import socket
 import subprocess
@@ -15,6 +16,24 @@ from pathlib import Path
 
 from devtools.processes import kill, process_tree
 from pfedgm_app.paper.flwr_cli import flwr, free_port
+
+
+def add_executor_options(parser: argparse.ArgumentParser) -> None:
+    """The benchmarks' options for how SuperNodes run their ClientApps (`executor_env`,
+    `start_deployment(superexec=...)`)."""
+    parser.add_argument("--task-poll", type=float, help="FLWR_SUPEREXEC_TASK_POLL_INTERVAL (s)")
+    parser.add_argument(
+        "--superexec",
+        help="the SuperNodes' executor, run by us beside `--isolation process` (e.g. "
+        "warm-subprocess, with Flower patched as docs/upstream/clientapp-process.md)",
+    )
+
+
+def executor_env(args: argparse.Namespace) -> dict[str, str]:
+    """The environment `--task-poll` asks of the SuperNodes' SuperExec."""
+    if args.task_poll is None:
+        return {}
+    return {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(args.task_poll)}
 
 
 @dataclass
