@@ -62,7 +62,8 @@ def test_run_config_names_the_preset_seed_budget_and_resumes_a_stopped_run(tmp_p
 
 
 def _fake_run(out: Path, column: str, run: str, seed: int, accuracies: list[float],
-              rounds: int = 3, minutes: float = 1.0, version: int = 2) -> RunFolder:  # fmt: skip
+              rounds: int = 3, minutes: float = 1.0, version: int = 2,
+              per_round: float = 10.0) -> RunFolder:  # fmt: skip
     """A finished run's folder: clients.csv (partition i has test size 10 + i; `accuracies` as
     the clients reply them, fractions) and summary, in format `version` (1: as the committed
     records under results/ are, fractions and snake_case, no format-version)."""
@@ -72,13 +73,19 @@ def _fake_run(out: Path, column: str, run: str, seed: int, accuracies: list[floa
             for i, acc in enumerate(accuracies)]  # fmt: skip
     if version == 2:
         folder.write_clients(rows)
-        folder.write_summary({"rounds": rounds, "seconds-total": 60 * minutes})
+        folder.write_summary(
+            {"rounds": rounds, "seconds-total": 60 * minutes, "seconds-per-round": per_round}
+        )
         return folder
     with folder.clients.open("w", newline="") as f:
         writer = csv.DictWriter(f, list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    folder.summary.write_text(json.dumps({"rounds": rounds, "seconds_total": 60 * minutes}))
+    folder.summary.write_text(
+        json.dumps(
+            {"rounds": rounds, "seconds_total": 60 * minutes, "seconds_per_round": per_round}
+        )
+    )
     return folder
 
 
@@ -146,11 +153,13 @@ def test_a_cell_of_another_protocol_is_marked_and_never_bold(tmp_path):
     assert "†" not in render.markdown(tmp_path, TABLES["standard"])
 
 
-def test_runtime_is_minutes_and_the_ratio_to_fedavg(tmp_path):
-    _fake_run(tmp_path, "cifar10-dir05", "fedavg", 0, [0.5], minutes=2.0)
-    _fake_run(tmp_path, "cifar10-dir05", "pfedgm", 0, [0.5], minutes=3.0)
+def test_runtime_is_minutes_and_a_rounds_ratio_to_fedavgs(tmp_path):
+    _fake_run(tmp_path, "cifar10-dir05", "fedavg", 0, [0.5], minutes=2.0, per_round=8.0)
+    _fake_run(tmp_path, "cifar10-dir05", "pfedgm", 0, [0.5], minutes=3.0, per_round=10.0)
     text = render.markdown(tmp_path, TABLES["runtime"])
-    assert "3.0 min (1.50x)<br>paper 81.75 (1.26x)" in text
+    assert "3.0 min, 10.0 s a round (1.25x)<br>paper 81.75 (1.26x)" in text
+    assert {"local", "fedavgft"} <= {row.name for row in TABLES["runtime"].rows}  # all twelve
+    assert "10.00" in render.csv_text(tmp_path, TABLES["runtime"])
 
 
 def test_a_folder_holding_another_budget_is_refused_before_any_run(tmp_path, capsys):

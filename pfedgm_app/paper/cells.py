@@ -26,6 +26,7 @@ class Cell:
     seeds: list[int]
     rounds: int
     minutes: float  # wall time, training and personalization (the paper's runtime table)
+    seconds_per_round: float  # Phase 1's wall time over its rounds
     per_client: PerClient = field(repr=False)
     differences: list[str] = field(default_factory=list)  # from the paper's protocol
 
@@ -80,7 +81,7 @@ def read_cell(out: Path, column: str, row: Row) -> Cell | None:
     """The cell of `row` in `column`, over the seeds found; None when no run has finished."""
     folders = seed_folders(out, column, row.run)
     per_client: PerClient = {}
-    means, stds, minutes, rounds, differences = [], [], [], set(), []
+    means, stds, minutes, per_round, rounds, differences = [], [], [], [], set(), []
     for seed, folder in folders.items():
         rows = client_rows(folder, row.metric)
         if not rows:
@@ -93,6 +94,7 @@ def read_cell(out: Path, column: str, row: Row) -> Cell | None:
         mean, std, _ = accuracy_stats([v for v, _ in rows.values()], [w for _, w in rows.values()])
         means.append(mean), stds.append(std)
         minutes.append(summary.get("seconds-total", float("nan")) / 60)
+        per_round.append(summary.get("seconds-per-round", float("nan")))
         rounds.add(int(summary.get("rounds", 0)))
         per_client.update({(seed, pid): v for pid, v in rows.items()})
     if not means:
@@ -106,6 +108,7 @@ def read_cell(out: Path, column: str, row: Row) -> Cell | None:
         sorted(folders),
         rounds.pop(),
         sum(minutes) / n,
+        sum(per_round) / n,
         per_client,
         differences,
     )

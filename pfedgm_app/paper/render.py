@@ -2,9 +2,10 @@
 beside ours, and the paired differences of the table's own method against each other row.
 
 Cells: `mean (std)` over the seeds found (`cells.read_cell`), the best mean of a column in
-bold, `-` where no run has finished. Runtime: minutes of training and personalization, and the
-ratio to FedAvg's in the same column (the paper's minutes are for 200 rounds on its machine:
-the ratios compare, the minutes do not).
+bold, `-` where no run has finished. Runtime: minutes of training and personalization, seconds
+a round of Phase 1, and that over FedAvg's in the same column (the paper's minutes are for 200
+rounds on its machine: the ratios compare, the minutes do not; a round's ratio, not the whole
+run's, so that runs of fewer rounds, whose Phase 2 weighs more, compare too).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def _paper(table: Table, row: Row, column: str) -> tuple[float, float | None] | 
 
 def _ratio(cells: dict, row: Row, column: str) -> float | None:
     base = cells.get(("fedavg", column))
-    return cells[row.name, column].minutes / base.minutes if base else None
+    return cells[row.name, column].seconds_per_round / base.seconds_per_round if base else None
 
 
 def cell_text(table: Table, cells: dict, row: Row, column: str, best: bool) -> str:
@@ -50,7 +51,8 @@ def cell_text(table: Table, cells: dict, row: Row, column: str, best: bool) -> s
         text = "-"
         if (row.name, column) in cells:
             ratio = _ratio(cells, row, column)
-            text = f"{cells[row.name, column].minutes:.1f} min" + (
+            cell = cells[row.name, column]
+            text = f"{cell.minutes:.1f} min, {cell.seconds_per_round:.1f} s a round" + (
                 f" ({ratio:.2f}x)" if ratio else ""
             )
         if paper:
@@ -218,6 +220,7 @@ CSV_FIELDS = [
     "mean",
     "std",
     "minutes",
+    "seconds_per_round",
     "paper_mean",
     "paper_std",
     "gap_vs_ours",
@@ -250,6 +253,7 @@ def csv_text(out: Path, table: Table) -> str:
                     mean=f"{cell.mean:.4f}",
                     std=f"{cell.std:.4f}",
                     minutes=f"{cell.minutes:.2f}",
+                    seconds_per_round=f"{cell.seconds_per_round:.2f}",
                 )
             if paper:
                 found.update(paper_mean=paper[0], paper_std="" if paper[1] is None else paper[1])
