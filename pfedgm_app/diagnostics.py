@@ -9,11 +9,12 @@ the strategy averages them over the round's clients by weight into `rounds.jsonl
   H's gradient on z, mu_y - sum_i P_i mu_i, has all but vanished;
 - at the round's start, on the global model received (eval mode, no dropout, one batch or the
   features the prototypes are computed from: no random draw, so no number of training
-  changes): `grad-norm-shared` and `grad-norm-personalized`, the norms over phi of the
-  gradients of H and of lambda R_c on the client's first batch, and `grad-share-personalized`
-  = |lambda grad R_c| / (|grad H| + |lambda grad R_c|); `z-norm` (mean ||z||), `mu-norm` (mean
-  ||mu_k||), `within-class-variance` (mean over samples of ||z - upsilon_y||^2 / d, what R_c
-  shrinks), `saturated-fraction-start` and `covariance-norm` (||A||, Frobenius).
+  changes): `z-norm` (mean ||z||), `mu-norm` (mean ||mu_k||), `within-class-variance` (mean
+  over samples of ||z - upsilon_y||^2 / d, what R_c shrinks), `saturated-fraction-start` and
+  `covariance-norm` (||A||, Frobenius); with run-config `gradient-diagnostics`, also
+  `grad-norm-shared` and `grad-norm-personalized`, the norms over phi of the gradients of H
+  and of lambda R_c on the client's first batch, and `grad-share-personalized` =
+  |lambda grad R_c| / (|grad H| + |lambda grad R_c|).
 """
 
 from __future__ import annotations
@@ -55,27 +56,31 @@ class RoundMeter:
 
 
 def round_start(
-    generator: nn.Module,
-    head: GaussianHead,
-    z: torch.Tensor,
-    y: torch.Tensor,
-    prototypes: torch.Tensor,
-    batch: tuple[torch.Tensor, torch.Tensor],
-    lambda_: float,
-    objective_scale: str = "mean",
+    head: GaussianHead, z: torch.Tensor, y: torch.Tensor, prototypes: torch.Tensor
 ) -> dict[str, float]:
-    """The round-start quantities (module docstring) of the global model on one client: `z`,
-    `y` its training features and labels, `prototypes` their class means, `batch` the batch
-    the gradients are taken on."""
+    """The round-start statistics (module docstring) of the global model on one client: `z`,
+    `y` its training features and labels, `prototypes` their class means."""
     with torch.no_grad():
         logits = gaussian_logits(z, head.mu, head.b, per_sample=False)
-        stats = {
+        return {
             "z-norm": float(z.norm(dim=1).mean()),
             "mu-norm": float(head.mu.norm(dim=1).mean()),
             "within-class-variance": float(((z - prototypes[y]) ** 2).mean()),
             "saturated-fraction-start": float(saturated(logits, y)) / max(len(y), 1),
             "covariance-norm": float(head.A.norm()),
         }
+
+
+def gradient_share(
+    generator: nn.Module,
+    head: GaussianHead,
+    prototypes: torch.Tensor,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    lambda_: float,
+    objective_scale: str = "mean",
+) -> dict[str, float]:
+    """The round-start gradients (module docstring) of H and lambda R_c on phi, taken on
+    `batch`: one forward and two backward passes, so only when asked (`gradient-diagnostics`)."""
     params = [p for p in generator.parameters() if p.requires_grad]
     xb, yb = batch
     with evaluating(generator), torch.enable_grad():
@@ -86,7 +91,6 @@ def round_start(
         g_personal = torch.autograd.grad(r, params, allow_unused=True)
     shared, personal = _norm(g_shared), _norm(g_personal)
     return {
-        **stats,
         "grad-norm-shared": shared,
         "grad-norm-personalized": personal,
         "grad-share-personalized": personal / (shared + personal) if shared + personal else 0.0,

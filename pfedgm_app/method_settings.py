@@ -201,6 +201,10 @@ class PFedGMSettings(Settings):
     rc_input: str = setting("before-dropout", doc="Phase 1, where a dropout precedes the "
         "navigator (TinyImageNet): R_c reads z `before-dropout` (the paper, Sec. Model Setup) or "
         "`after-dropout`")
+    gradient_diagnostics: bool = setting(False, doc="Phase 1: also report, at each round's "
+        "start, the norms of the gradients of H and lambda R_c on phi and R_c's share of them "
+        "(`rounds.jsonl`; one more forward and two backward passes on a batch, about 3 % of a "
+        "client's round)")
     # fmt: on
 
     def validate(self, run) -> None:

@@ -146,6 +146,7 @@ def train_round(
     navigator_lr_scale: float = 1.0,
     head_decay: Collection[str] = ("mu", "b"),
     rc_input: str = "before-dropout",
+    gradients: bool = False,
 ) -> dict[str, float]:
     """Phase 1 on client i in round r (Algorithm 1), in place on `generator` and `head`:
     `epochs` epochs of Eq. (main_loss), H(phi, psi, E) + lambda R_c(phi), on phi and psi, with
@@ -156,7 +157,8 @@ def train_round(
     (Eq. proto_update) with the step size `prototype_step` (`gaussian.PROTOTYPE_STEPS`).
     `dropout` (e.g. TinyImageNet's) sits between z and the navigator; R_c reads z before it
     (`rc_input`, `RC_INPUTS`). Returns the mean loss, the sample-passes, the seconds of the
-    prototype pass (`seconds-prototypes`) and the round's diagnostics (`diagnostics`).
+    prototype pass (`seconds-prototypes`) and the round's diagnostics (`diagnostics`; the
+    gradient norms with `gradients`).
 
     The readings the paper leaves open, each defaulting to the app's first reading:
     `objective_scale` (`gaussian.OBJECTIVE_SCALES`: R_c's 1/d), `navigator_lr_scale` (mu and
@@ -178,11 +180,13 @@ def train_round(
     check_features(z, y, head)
     prototypes, counts = class_means(z, y, head.mu.shape[0], head.mu)
     seconds_prototypes = time.perf_counter() - start if personalized else 0.0
-    batch = (data[0][:batch_size], data[1][:batch_size]) if _is_tensors(data) else first[0]
-    batch = tuple(t.to(head.mu.device) for t in batch)
-    at_start = diagnostics.round_start(
-        generator, head, z, y, prototypes, batch, lambda_ if personalized else 0.0, objective_scale
-    )
+    at_start = diagnostics.round_start(head, z, y, prototypes)
+    if gradients:
+        batch = (data[0][:batch_size], data[1][:batch_size]) if _is_tensors(data) else first[0]
+        batch = tuple(t.to(head.mu.device) for t in batch)
+        at_start |= diagnostics.gradient_share(
+            generator, head, prototypes, batch, lambda_ if personalized else 0.0, objective_scale
+        )
     del z
     meter = diagnostics.RoundMeter()
 

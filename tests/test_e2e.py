@@ -52,7 +52,7 @@ def _check_outputs(run, method, num_clients, rounds):
 def test_learning_pfedgm_beats_fedavg_on_cifar10_dir01(flower_env, tmp_path, cifar10):
     """pFedGM's personalized accuracy is far above chance (10%) and above FedAvg's, Dir(0.1)."""
     cfg = {"num-server-rounds": 3, "local-epochs": 2, "fraction-train": 0.5,
-           "dirichlet-alpha": 0.1, "pool-size": 10_000}  # fmt: skip
+           "dirichlet-alpha": 0.1, "pool-size": 10_000, "gradient-diagnostics": True}  # fmt: skip
     results = {}
     for method in ("pfedgm", "fedavg"):
         run = _run(flower_env, tmp_path / method, cifar10, 10, method=method, **cfg)

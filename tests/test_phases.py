@@ -196,7 +196,7 @@ def test_the_round_diagnostics_are_their_closed_forms_on_the_global_model():
     x, y = _problem()
     gen, head = _parts()
     g0, h0 = copy.deepcopy((gen, head))
-    metrics = train_round(gen, head, (x, y), epochs=1, lambda_=2.0, batch_size=20)
+    metrics = train_round(gen, head, (x, y), epochs=1, lambda_=2.0, batch_size=20, gradients=True)
     z = g0(x).detach()
     protos = torch.stack([z[y == k].mean(0) for k in range(K)])
     zb = g0(x[:20])
@@ -224,15 +224,19 @@ def test_the_round_diagnostics_are_their_closed_forms_on_the_global_model():
 
 
 def test_the_diagnostics_change_no_step_of_training():
-    """The diagnostics draw nothing from the RNG and touch no gradient: two rounds from the
-    same start and seed end with the same weights, with or without a dropout before the head."""
+    """The gradient diagnostics draw nothing from the RNG and touch no gradient: rounds from the
+    same start and seed end with the same weights with and without them, also with a dropout
+    before the head; without them no gradient norm is reported."""
     x, y = _problem()
-    runs = []
-    for _ in range(2):
+    runs, reported = [], []
+    for gradients in (False, True):
         gen, head = _parts()
         torch.manual_seed(5)
-        train_round(gen, head, (x, y), epochs=2, rng=torch.Generator().manual_seed(1),
-                    dropout=nn.Dropout(0.3))  # fmt: skip
+        metrics = train_round(gen, head, (x, y), epochs=2, rng=torch.Generator().manual_seed(1),
+                              dropout=nn.Dropout(0.3), gradients=gradients)  # fmt: skip
         runs.append(_state(gen, head) + [torch.rand(1)])  # the global RNG's next draw too
+        reported.append({k for k in metrics if k.startswith("grad-")})
     for a, b in zip(*runs, strict=True):
         assert torch.equal(a, b)
+    assert reported == [set(), {"grad-norm-shared", "grad-norm-personalized",
+                                "grad-share-personalized"}]  # fmt: skip

@@ -46,6 +46,7 @@ class PFedGMClient(ClientPlugin):
             navigator_lr_scale=settings.navigator_lr_scale,
             head_decay=settings.head_decay,
             rc_input=settings.rc_input,
+            gradients=settings.gradient_diagnostics,
         )
         return self.send(model, task, metrics)
 
