@@ -160,6 +160,7 @@ def test_runtime_is_minutes_and_a_rounds_ratio_to_fedavgs(tmp_path):
     assert "3.0 min, 10.0 s a round (1.25x)<br>paper 81.75 (1.26x)" in text
     assert {"local", "fedavgft"} <= {row.name for row in TABLES["runtime"].rows}  # all twelve
     assert "10.00" in render.csv_text(tmp_path, TABLES["runtime"])
+    assert "each cell: wall minutes" in text and "test size" not in text
 
 
 def test_a_folder_holding_another_budget_is_refused_before_any_run(tmp_path, capsys):

@@ -113,7 +113,7 @@ def markdown(out: Path, table: Table) -> str:
             best = (row.name, column) in cells and cells[row.name, column].mean == max(means)
             texts.append(cell_text(table, cells, row, column, best and table.kind != "runtime"))
         lines.append(f"| {row.label} | " + " | ".join(texts) + " |")
-    lines += ["", budget_line(cells)]
+    lines += ["", budget_line(cells, table.kind)]
     if differing := protocol_lines(cells, columns):
         lines += ["", *differing]
     if table.kind != "runtime":
@@ -127,7 +127,13 @@ def _header(columns: tuple[str, ...]) -> list[str]:
     return ["| | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
 
 
-def budget_line(cells: dict[tuple[str, str], Cell]) -> str:
+CELL_WORDS = {
+    "runtime": "wall minutes (training and personalization), seconds a round of Phase 1 and "
+    "that over FedAvg's, averaged over seeds; paper: its table (minutes on its machine)",
+}
+
+
+def budget_line(cells: dict[tuple[str, str], Cell], kind: str = "accuracy") -> str:
     if not cells:
         return "No finished run in this folder yet."
     rounds = sorted({c.rounds for c in cells.values()})
@@ -136,8 +142,14 @@ def budget_line(cells: dict[tuple[str, str], Cell]) -> str:
     note = " Not every cell has every seed yet: a cell averages the seeds it has." if uneven else ""
     return (
         f"Ours: {'/'.join(map(str, rounds))} rounds (the paper: 200), seeds "
-        f"{', '.join(map(str, seeds))}; each cell: mean weighted by client test size "
-        "(std across clients), averaged over seeds; paper: its table." + note
+        f"{', '.join(map(str, seeds))}; each cell: "
+        + CELL_WORDS.get(
+            kind,
+            "mean weighted by client test size (std across clients), averaged over seeds; "
+            "paper: its table",
+        )
+        + "."
+        + note
     )
 
 
