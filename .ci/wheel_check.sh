@@ -17,6 +17,10 @@ cp -r "$root/examples/quickstart-pfedgm" "$work/example"
 cd "$work"  # no clone on any path from here
 export PATH="$work/venv/bin:$PATH" FLWR_HOME="$work/flwr-home"
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 FLWR_TELEMETRY_ENABLED=0 HF_HUB_OFFLINE=1
+# Free ports: on Flower's defaults, `flwr run` would use another FLWR_HOME's managed SuperLink
+# (e.g. one a `pfedgm-paper run` left up), whose environment is not this one.
+free_port() { python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+export FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=$(free_port) FLWR_LOCAL_CONTROL_API_PORT=$(free_port)
 python - "$root" <<'EOF'
 import sys
 from pathlib import Path
