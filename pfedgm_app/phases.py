@@ -176,7 +176,8 @@ def train_round(
     generator.train(), dropout.train()
     start = time.perf_counter()
     first: list[tuple[torch.Tensor, torch.Tensor]] = []  # the diagnostics' gradient batch
-    z, y = features(generator, data if _is_tensors(data) else _recording_first(data, first))
+    recorded = data if _is_tensors(data) or not gradients else _recording_first(data, first)
+    z, y = features(generator, recorded)
     check_features(z, y, head)
     prototypes, counts = class_means(z, y, head.mu.shape[0], head.mu)
     seconds_prototypes = time.perf_counter() - start if personalized else 0.0

@@ -35,15 +35,17 @@ def _state(*modules: nn.Module) -> list[torch.Tensor]:
 
 
 def test_train_round_on_tensors_equals_train_round_on_a_dataloader():
-    """One full batch per epoch: the two data paths take the same steps."""
+    """One full batch per epoch: the two data paths take the same steps and report the same
+    gradient diagnostics (the loader's first batch recorded as it streams)."""
     x, y = _problem()
     a_gen, a_head = _parts()
     b_gen, b_head = _parts()
-    train_round(a_gen, a_head, (x, y), epochs=3, batch_size=len(x))
+    a = train_round(a_gen, a_head, (x, y), epochs=3, batch_size=len(x), gradients=True)
     loader = DataLoader(TensorDataset(x, y), batch_size=len(x))
-    train_round(b_gen, b_head, loader, epochs=3)
-    for a, b in zip(_state(a_gen, a_head), _state(b_gen, b_head), strict=True):
-        torch.testing.assert_close(a, b)
+    b = train_round(b_gen, b_head, loader, epochs=3, gradients=True)
+    for left, right in zip(_state(a_gen, a_head), _state(b_gen, b_head), strict=True):
+        torch.testing.assert_close(left, right)
+    assert a["grad-norm-shared"] == pytest.approx(b["grad-norm-shared"], rel=1e-5)
 
 
 def test_train_round_changes_generator_navigator_and_covariance_and_keeps_a_positive():
