@@ -19,7 +19,10 @@ the strategy averages them over the round's clients by weight into `rounds.jsonl
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .gaussian import GaussianHead, gaussian_logits, personalized_objective, shared_objective
@@ -30,10 +33,10 @@ SATURATED = 0.99  # P_y above this: H is saturated on the sample
 KEYS = PFEDGM_METRICS[:-1]  # the wire's names of what this module reports
 
 
-def saturated(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """How many samples have P_y > `SATURATED` (a 0-d tensor: no host sync per batch)."""
-    p_y = torch.softmax(logits.detach(), 1).gather(1, y[:, None])
-    return (p_y > SATURATED).sum()
+def saturated(nll: torch.Tensor) -> torch.Tensor:
+    """How many samples have P_y > `SATURATED`, from their H = -log P_y (`nll`, per sample, as
+    the step computes it: no second softmax), a 0-d tensor: no host sync per batch."""
+    return (nll.detach() < -math.log(SATURATED)).sum()
 
 
 class RoundMeter:
@@ -61,12 +64,14 @@ def round_start(
     """The round-start statistics (module docstring) of the global model on one client: `z`,
     `y` its training features and labels, `prototypes` their class means."""
     with torch.no_grad():
-        logits = gaussian_logits(z, head.mu, head.b, per_sample=False)
+        nll = F.cross_entropy(
+            gaussian_logits(z, head.mu, head.b, per_sample=False), y, reduction="none"
+        )
         return {
             "z-norm": float(z.norm(dim=1).mean()),
             "mu-norm": float(head.mu.norm(dim=1).mean()),
             "within-class-variance": float(((z - prototypes[y]) ** 2).mean()),
-            "saturated-fraction-start": float(saturated(logits, y)) / max(len(y), 1),
+            "saturated-fraction-start": float(saturated(nll)) / max(len(y), 1),
             "covariance-norm": float(head.A.norm()),
         }
 

@@ -198,7 +198,8 @@ def train_round(
             logits = head.covariance_logits(zd)
         else:  # Eq. LossH (the per-sample constant -1/2 z^T z left out: the same H)
             logits = gaussian_logits(zd, head.mu, head.b, per_sample=False)
-        shared = F.cross_entropy(logits, yb)
+        nll = F.cross_entropy(logits, yb, reduction="none")  # H per sample: also saturation's
+        shared = nll.mean()
         loss = shared
         zr = z if rc_input == "before-dropout" else zd
         r = personalized_objective(zr, yb, prototypes, objective_scale)
@@ -208,7 +209,7 @@ def train_round(
         if decoupling == "gm-d":
             loss = loss + covariance_objective(zd, yb, head)  # reaches A only
         meter.add(len(yb), **{"loss-shared": shared, "loss-personalized": r})
-        meter.add_count("saturated-fraction", diagnostics.saturated(logits, yb))
+        meter.add_count("saturated-fraction", diagnostics.saturated(nll))
         return loss
 
     nav_lr = lr * navigator_lr_scale

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from pfedgm_app import diagnostics
 from pfedgm_app.gaussian import GaussianHead, shared_objective
 from pfedgm_app.phases import features, personalize, personalized_head, train_round
 
@@ -223,6 +224,20 @@ def test_the_round_diagnostics_are_their_closed_forms_on_the_global_model():
     # the round's loss is H + lambda R_c + the covariance term (the last reaches A only)
     assert metrics["loss"] > metrics["loss-shared"] + 2.0 * metrics["loss-personalized"] > 0
     assert 0 <= metrics["saturated-fraction"] <= 1
+
+
+def test_saturation_counts_the_samples_whose_posterior_passes_099():
+    """From H per sample, as the step has it: the count of P_y > 0.99 by softmax, on logits
+    spread across the threshold."""
+    torch.manual_seed(3)
+    logits, y = (
+        torch.randn(400, 10) * torch.linspace(0.1, 12, 400)[:, None],
+        torch.randint(0, 10, (400,)),
+    )
+    p_y = torch.softmax(logits, 1).gather(1, y[:, None])
+    expected = int((p_y > 0.99).sum())
+    assert 0 < expected < 400
+    assert int(diagnostics.saturated(F.cross_entropy(logits, y, reduction="none"))) == expected
 
 
 def test_the_diagnostics_change_no_step_of_training():
