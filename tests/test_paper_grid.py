@@ -298,6 +298,21 @@ def test_the_readings_study_holds_out_validation_and_runs_the_default_first():
         assert len(set(run.keys.items()) ^ set(default.keys.items())) <= 1, run.name
 
 
+def test_the_finalists_are_validation_readings_run_on_the_test_sets():
+    """Each finalist row has the keys of a validation row less the hold-out, and the default
+    reading is among them, so its test accuracy is the one they are read against."""
+    validation = [
+        {k: v for k, v in row.keys.items() if k != "validation-fraction"}
+        for row in grid.TABLES["readings"].rows
+    ]
+    finalists = grid.TABLES["readings-test"]
+    assert finalists.columns == grid.TABLES["readings"].columns
+    for run in runs(["readings-test"], [0]):
+        assert "validation-fraction" not in run.keys
+        assert {"method": "pfedgm", **run.keys} in [{"method": "pfedgm", **v} for v in validation]
+    assert finalists.rows[-1].keys == {"method": "pfedgm"}
+
+
 def test_the_dynamics_figure_draws_a_pfedgm_run_beside_another(tmp_path, capsys):
     from pfedgm_app.diagnostics import KEYS
 
