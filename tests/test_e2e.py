@@ -69,25 +69,6 @@ def test_learning_pfedgm_beats_fedavg_on_cifar10_dir01(flower_env, tmp_path, cif
     assert {"acc-global", "acc-global-cov", "acc-finetune"} <= set(gm["ablation-mean-accuracy"])
 
 
-# pfedgm and fedavg run in the learning test above. Through `flwr run`: the baselines whose path
-# through the engine differs (nothing sent, client state, server extras); the others, whose
-# messages are FedPer's (tested in a deployment below), run in `test_inprocess.py`.
-ENGINE_BASELINES = ("local", "ditto", "pfedme", "fedpac", "pfedfda")
-BASELINE_RUN = {**SMALL, "local-epochs": 3, "fraction-train": 1.0, "pool-size": 6000,
-                "pfedme-inner-steps": 2}  # fmt: skip
-# pfedme: 2 inner steps, not 5: the engine path is under test here, the inner solve is checked
-# in test_baselines_math.
-
-
-@pytest.mark.parametrize("method", ENGINE_BASELINES)
-def test_baselines_run_end_to_end(flower_env, tmp_path, mnist, method):
-    """Each baseline finishes through `flwr run` (MNIST, 2 clients, both trained in both rounds),
-    writes its outputs and beats chance."""
-    run = _run(flower_env, tmp_path, mnist, 2, method=method, **BASELINE_RUN)
-    summary = _check_outputs(run, method, 2, 2)
-    assert summary["mean-accuracy"] > 25  # chance is 10%
-
-
 def test_emnist_shaped_data_runs_pfedgm(flower_env, tmp_path, mnist):
     """The 1x28x28 path (EMNIST CNN) through pFedGM, on the local MNIST copy, with
     `messages-in-flight` auto: in the simulation process a window of twice the cores."""
