@@ -13,11 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
+. benchmarks/gpu_site.sh && gpu_site || exit 1
 export PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 [ -d .gpudata ] && export PFEDGM_SHARED_DATA=$PWD/.gpudata
 DATA=${PFEDGM_SHARED_DATA:-../shared/data}
@@ -40,8 +36,8 @@ for workers in ${WORKERS:-1 8}; do
   done
 done
 # Through `flwr run` (Flower's simulation engine) where Ray is installed: 8 ClientApps share
-# the GPU (client-resources-num-gpus=0.125). A lent machine without Ray skips it: Ray's wheel
-# (74 MB) is more than a lent machine can be given.
+# the GPU (client-resources-num-gpus=0.125). A lent machine has no Ray: RAY=1 gpu_prepare.sh
+# stages it in two halves for two calls (gpu_site.sh); without them this step is skipped.
 if python3 -c "import ray" 2>/dev/null; then
   timeout 600 python3 -m benchmarks.bench_gpu --engine flwr --dataset "$DATA/cifar10" \
     --rounds 4 --workers 8 --json "$OUT/bench-gpu-flwr-w8.json" 2>&1 \

@@ -16,11 +16,8 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 OUT=${OUT:-/tmp/gpu-measure}
 mkdir -p "$OUT" runs
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-fi
-export PYTHONPATH=/tmp/site:$repo PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0 HF_HUB_OFFLINE=1
+. benchmarks/gpu_site.sh && gpu_site || exit 1
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$repo PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0 HF_HUB_OFFLINE=1
 # An offline preset's `shared:<name>` is <ancestor of the working directory>/shared/data/<name>:
 # with .gpudata here, the runs work in a folder whose shared/data is .gpudata.
 work=$repo
