@@ -101,8 +101,8 @@ READINGS = tuple(
 STUDY_COLUMNS = ("cifar100-dir05", "cifar10-dir05")
 # The finalists, on test: the default and every reading whose validation accuracy passes the
 # default's by more than one standard error of the paired per-client difference in a study
-# column. At 50 rounds that is NPO alone (CIFAR-10 Dir(0.5): +0.43, se 0.23); no reading of
-# the text passes it. The same keys as the validation rows, without the hold-out.
+# column: NPO alone, no reading of the text (docs/notes/phase1-readings.md). The same keys as
+# the validation rows, without the hold-out.
 FINALISTS = (
     _variant("npo", "NPO (no R_c)", **{"personalized-objective": False}),
     Row("default", "default reading", "pfedgm", {"method": "pfedgm"}),
