@@ -14,17 +14,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || printf '/.whl/\n/.gpudata/\n' >> .git/info/exclude
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-  -d .whl flwr==1.42.0 flwr-datasets==0.6.1 datasets==4.8.5 dill==0.4.1 multiprocess==0.70.19 \
+# wheels for the lent machine's Python 3.12 on x86-64: wheels DIR NAME==VERSION...
+wheels() {
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d "$@"
+}
+wheels .whl flwr==1.42.0 flwr-datasets==0.6.1 datasets==4.8.5 dill==0.4.1 multiprocess==0.70.19 \
   cryptography==50.0.2 cffi==2.1.1 pycparser==3.12 pycryptodome==3.24.1 grpcio==1.85.3 \
   grpcio-health-checking==1.81.1 protobuf==6.33.6 iterators==0.0.2 fsspec==2026.2.0
 if [ "${RAY:-0}" = 1 ]; then
   grep -qx '/.ray-a/' .git/info/exclude || printf '/.ray-a/\n/.ray-b/\n' >> .git/info/exclude
   rm -rf .ray-a .ray-b && mkdir .ray-a .ray-b
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    -d .ray-b ray==2.55.1 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 \
+  wheels .ray-b ray==2.55.1 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 \
     referencing==0.37.0 rpds-py==2026.9.1
   wheel=$(ls .ray-b/ray-*.whl) && half=$(( $(stat -c %s "$wheel") / 2 ))
   head -c "$half" "$wheel" > ".ray-a/$(basename "$wheel").0"
