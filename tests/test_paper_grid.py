@@ -331,6 +331,32 @@ def test_the_dynamics_figure_draws_a_pfedgm_run_beside_another(tmp_path, capsys)
     assert "no Phase 1 diagnostics" in capsys.readouterr().err
 
 
+def test_the_dynamics_table_reads_each_run_at_the_rounds_asked(tmp_path, capsys):
+    """One row per run and round: its accuracy where it evaluated, fractions as percentages,
+    the cell named by the run's folder; a round the run lacks is left out, none is an error."""
+    from pfedgm_app.diagnostics import KEYS
+
+    run = tmp_path / "out" / "cifar10-dir05" / "pfedgm" / "seed0"
+    run.mkdir(parents=True)
+    rows = [{"round": r, **dict.fromkeys(KEYS, 0.01 * r)} for r in (1, 2, 3)]
+    rows[1]["personalized-accuracy"] = 41.234
+    RunFolder(run).write_rounds(rows)
+    table = tmp_path / "dynamics.md"
+    assert cli.main(["dynamics", str(run), "--table", str(table), "--at", "2,3,9"]) == 0
+    header, _, two, three = table.read_text().splitlines()
+    cells = [c.strip() for c in two.strip("|").split("|")]
+    names = [c.strip() for c in header.strip("|").split("|")]
+    assert cells[:3] == ["cifar10-dir05 pfedgm", "2", "41.23"]
+    assert cells[names.index("H")] == "0.02"
+    assert cells[names.index("P_y > 0.99, training (%)")] == "2"
+    assert three.split("|")[3].strip() == "-"  # not evaluated at round 3
+    capsys.readouterr()
+    assert cli.main(["dynamics", str(run), "--table", str(table), "--at", "7"]) == 2
+    assert "none of the rounds [7]" in capsys.readouterr().err
+    assert cli.main(["dynamics", str(run), "--table", str(table), "--at", "x"]) == 2
+    assert cli.main(["dynamics", str(run)]) == 2  # neither --to nor --table
+
+
 def test_collected_records_name_no_absolute_path_and_the_committed_ones_neither(tmp_path):
     """`collect` writes the dataset as `shared:<name>` and the output folder as the run's
     folder below the results folder; every committed record under results/ is so written."""

@@ -91,7 +91,11 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         help="another run whose accuracy curve joins the first panel",
     )
-    dynamics.add_argument("--to", type=Path, required=True, help="the PNG to write")
+    dynamics.add_argument("--to", type=Path, help="the PNG to write")
+    dynamics.add_argument("--table", type=Path, help="the Markdown table to write")
+    dynamics.add_argument(
+        "--at", help="the table's rounds, comma-separated (default: the evaluated rounds)"
+    )
     render = sub.add_parser("render", help="tables (Markdown, CSV) and figures from results")
     render.add_argument("--out", type=Path, required=True, help="the results folder")
     render.add_argument("--to", type=Path, help="where to write (default: OUT/rendered)")
@@ -196,9 +200,19 @@ def _tsne(args) -> int:
 
 
 def _dynamics(args) -> int:
-    from .dynamics import dynamics_figure
+    from .dynamics import dynamics_figure, dynamics_table
 
-    print(dynamics_figure(args.run_dirs, args.to, args.beside))
+    if not (args.to or args.table):
+        raise ValueError("dynamics: give --to (the figure), --table (the table) or both")
+    if args.at is not None and not all(r.strip().isdigit() for r in args.at.split(",")):
+        raise ValueError(f"--at {args.at}: give round numbers, comma-separated, e.g. 50,200")
+    if args.table:
+        at = [int(r) for r in args.at.split(",")] if args.at else None
+        args.table.parent.mkdir(parents=True, exist_ok=True)
+        args.table.write_text(dynamics_table(args.run_dirs, at))
+        print(args.table)
+    if args.to:
+        print(dynamics_figure(args.run_dirs, args.to, args.beside))
     return 0
 
 

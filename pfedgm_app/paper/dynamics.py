@@ -1,7 +1,9 @@
 """Phase 1's dynamics against round, from pFedGM runs' `rounds.jsonl` (`diagnostics.KEYS`),
-overlaid, beside the personalized accuracy of other runs (e.g. pFedFDA's on the same cell).
+overlaid, beside the personalized accuracy of other runs (e.g. pFedFDA's on the same cell), and
+as a Markdown table at chosen rounds.
 
     pfedgm-paper dynamics RUN_DIR [RUN_DIR...] --beside OTHER_RUN_DIR --to dynamics.png
+    pfedgm-paper dynamics RUN_DIR [RUN_DIR...] --table dynamics.md --at 50,200
 """
 
 from __future__ import annotations
@@ -114,3 +116,51 @@ def dynamics_figure(
     fig.savefig(to, dpi=110)
     plt.close(fig)
     return to
+
+
+# (key, header, scale) of the table's columns after the accuracy; fractions as percentages
+COLUMNS = (
+    ("loss-shared", "H", 1),
+    ("loss-personalized", "R_c", 1),
+    ("saturated-fraction", "P_y > 0.99, training (%)", 100),
+    ("saturated-fraction-start", "P_y > 0.99, round start (%)", 100),
+    ("grad-share-personalized", "lambda R_c's share of the gradient (%)", 100),
+    ("z-norm", "mean \\|z\\|", 1),
+    ("mu-norm", "mean \\|mu_k\\|", 1),
+    ("within-class-variance", "within-class variance", 1),
+    ("covariance-norm", "\\|A\\|", 1),
+)
+
+
+def _cell(run_dir: Path) -> str:
+    """`<column> <run>` of `<out>/<column>/<run>/seed<n>`, else the folder's name."""
+    if run_dir.name.startswith("seed"):
+        return f"{run_dir.parent.parent.name} {run_dir.parent.name}"
+    return run_dir.name
+
+
+def dynamics_table(run_dirs: list[Path], at: list[int] | None = None) -> str:
+    """Phase 1's diagnostics of each run at the rounds `at` (default: the rounds it evaluated),
+    with its personalized accuracy there, as a Markdown table; ValueError when a run has no
+    diagnostics or none of the rounds."""
+    lines = [
+        "| run | round | accuracy (%) | " + " | ".join(h for _, h, _ in COLUMNS) + " |",
+        "|---|---:|---:|" + "---:|" * len(COLUMNS),
+    ]
+    for run in run_dirs:
+        rows = {r["round"]: r for r in read_rounds(run) if "grad-norm-shared" in r}
+        if not rows:
+            raise ValueError(f"{run}: its rounds.jsonl has no Phase 1 diagnostics (a pFedGM run)")
+        accuracy = dict(zip(*accuracy_points(run), strict=True))
+        wanted = sorted(accuracy) if at is None else at
+        if not (found := [r for r in wanted if r in rows]):
+            raise ValueError(f"{run}: none of the rounds {wanted} is in its rounds.jsonl")
+        for r in found:
+            acc = f"{accuracy[r]:.2f}" if r in accuracy else "-"
+            cells = [_number(rows[r].get(key), scale) for key, _, scale in COLUMNS]
+            lines.append(f"| {_cell(run)} | {r} | {acc} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _number(value: float | None, scale: float) -> str:
+    return "-" if value is None else f"{value * scale:.3g}"
