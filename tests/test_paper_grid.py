@@ -357,6 +357,22 @@ def test_the_dynamics_table_reads_each_run_at_the_rounds_asked(tmp_path, capsys)
     assert cli.main(["dynamics", str(run)]) == 2  # neither --to nor --table
 
 
+def test_paired_compares_two_runs_client_by_client(tmp_path, capsys):
+    """A - B over the clients both have, weighted by test size (`paired.paired_gap`): two
+    clients, A above by 10 and 20 points, test sizes 10 and 11."""
+    a = _fake_run(tmp_path / "a", "c", "pfedgm", 0, [0.6, 0.7])
+    b = _fake_run(tmp_path / "b", "c", "pfedgm", 0, [0.5, 0.5])
+    assert cli.main(["paired", str(a.path), str(b.path)]) == 0
+    gap = (10 * 10 + 11 * 20) / 21
+    assert f"A - B per client: +{gap:.2f}" in capsys.readouterr().out
+    assert cli.main(["paired", str(a.path), str(tmp_path)]) == 2  # not a run
+    assert cli.main(["paired", str(a.path), str(b.path), "--metric", "nope"]) == 2
+    other = _fake_run(tmp_path / "o", "c", "pfedgm", 0, [0.5, 0.5])
+    other.write_clients([{"partition-id": 7, "accuracy": 0.5, "num-test": 3}])
+    assert cli.main(["paired", str(a.path), str(other.path)]) == 2  # no client in common
+    assert "share no client" in capsys.readouterr().err
+
+
 def test_collected_records_name_no_absolute_path_and_the_committed_ones_neither(tmp_path):
     """`collect` writes the dataset as `shared:<name>` and the output folder as the run's
     folder below the results folder; every committed record under results/ is so written."""

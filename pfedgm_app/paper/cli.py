@@ -96,6 +96,10 @@ def parser() -> argparse.ArgumentParser:
     dynamics.add_argument(
         "--at", help="the table's rounds, comma-separated (default: the evaluated rounds)"
     )
+    paired = sub.add_parser("paired", help="two finished runs' per-client difference, A - B")
+    paired.add_argument("run_a", type=Path, help="run A's output-dir")
+    paired.add_argument("run_b", type=Path, help="run B's output-dir (the same clients)")
+    paired.add_argument("--metric", default="accuracy", help="clients.csv's column")
     render = sub.add_parser("render", help="tables (Markdown, CSV) and figures from results")
     render.add_argument("--out", type=Path, required=True, help="the results folder")
     render.add_argument("--to", type=Path, help="where to write (default: OUT/rendered)")
@@ -113,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             "render": _render,
             "tsne": _tsne,
             "dynamics": _dynamics,
+            "paired": _paired,
         }
         return commands[args.command](args)
     except ValueError as exc:  # bad input: one line, before any run starts
@@ -213,6 +218,28 @@ def _dynamics(args) -> int:
         print(args.table)
     if args.to:
         print(dynamics_figure(args.run_dirs, args.to, args.beside))
+    return 0
+
+
+def _paired(args) -> int:
+    from ..strategies.personalization_result import accuracy_stats
+    from .cells import client_rows
+    from .paired import paired_gap
+
+    rows = {}
+    for run in (args.run_a, args.run_b):
+        if not RunFolder(run).finished:
+            raise ValueError(f"{run}: not a finished run's output-dir (no summary.json)")
+        rows[run] = client_rows(run, args.metric)
+        if not rows[run]:
+            raise ValueError(f"{run}: its clients.csv has no column {args.metric!r}")
+    a, b = ({(0, pid): v for pid, v in rows[run].items()} for run in (args.run_a, args.run_b))
+    if (gap := paired_gap(a, b)) is None:
+        raise ValueError(f"{args.run_a} and {args.run_b} share no client: runs of one partition")
+    for name, run in (("A", args.run_a), ("B", args.run_b)):
+        mean, std, _ = accuracy_stats(*zip(*rows[run].values(), strict=True))
+        print(f"{name}: {mean:.2f} ({std:.1f}) over {len(rows[run])} clients  {run}")
+    print(f"A - B per client: {gap.text()} over {gap.pairs} clients")
     return 0
 
 
