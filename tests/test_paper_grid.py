@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -344,11 +345,12 @@ def test_the_dynamics_table_reads_each_run_at_the_rounds_asked(tmp_path, capsys)
     table = tmp_path / "dynamics.md"
     assert cli.main(["dynamics", str(run), "--table", str(table), "--at", "2,3,9"]) == 0
     header, _, two, three = table.read_text().splitlines()
-    cells = [c.strip() for c in two.strip("|").split("|")]
-    names = [c.strip() for c in header.strip("|").split("|")]
+    split = lambda line: [c.strip() for c in re.split(r"(?<!\\)\|", line.strip("|"))]  # noqa: E731
+    cells, names = split(two), split(header)
     assert cells[:3] == ["cifar10-dir05 pfedgm", "2", "41.23"]
     assert cells[names.index("H")] == "0.02"
     assert cells[names.index("P_y > 0.99, training (%)")] == "2"
+    assert cells[names.index("relative spread")] == "6.4e+03"  # 128 * 0.02 / 0.02^2
     assert three.split("|")[3].strip() == "-"  # not evaluated at round 3
     capsys.readouterr()
     assert cli.main(["dynamics", str(run), "--table", str(table), "--at", "7"]) == 2

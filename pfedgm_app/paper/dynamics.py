@@ -130,6 +130,14 @@ COLUMNS = (
     ("within-class-variance", "within-class variance", 1),
     ("covariance-norm", "\\|A\\|", 1),
 )
+# The within-class spread relative to z's scale, d * variance / (mean ||z||)^2: what stays when
+# a run only rescales z (R_c shrinks z as a whole as readily as it tightens its classes).
+SPREAD = "relative spread"
+
+
+def relative_spread(row: dict, d: int) -> float | None:
+    variance, norm = row.get("within-class-variance"), row.get("z-norm")
+    return None if variance is None or not norm else d * variance / norm**2
 
 
 def _cell(run_dir: Path) -> str:
@@ -139,13 +147,14 @@ def _cell(run_dir: Path) -> str:
     return run_dir.name
 
 
-def dynamics_table(run_dirs: list[Path], at: list[int] | None = None) -> str:
+def dynamics_table(run_dirs: list[Path], at: list[int] | None = None, d: int = 128) -> str:
     """Phase 1's diagnostics of each run at the rounds `at` (default: the rounds it evaluated),
-    with its personalized accuracy there, as a Markdown table; ValueError when a run has no
-    diagnostics or none of the rounds."""
+    with its personalized accuracy there and the relative within-class spread for features of
+    dimension `d` (`SPREAD`), as a Markdown table; ValueError when a run has no diagnostics or
+    none of the rounds."""
     lines = [
-        "| run | round | accuracy (%) | " + " | ".join(h for _, h, _ in COLUMNS) + " |",
-        "|---|---:|---:|" + "---:|" * len(COLUMNS),
+        "| run | round | accuracy (%) | " + " | ".join(h for _, h, _ in COLUMNS) + f" | {SPREAD} |",
+        "|---|---:|---:|" + "---:|" * (len(COLUMNS) + 1),
     ]
     for run in run_dirs:
         rows = {r["round"]: r for r in read_rounds(run) if "grad-norm-shared" in r}
@@ -158,6 +167,7 @@ def dynamics_table(run_dirs: list[Path], at: list[int] | None = None) -> str:
         for r in found:
             acc = f"{accuracy[r]:.2f}" if r in accuracy else "-"
             cells = [_number(rows[r].get(key), scale) for key, _, scale in COLUMNS]
+            cells.append(_number(relative_spread(rows[r], d), 1))
             lines.append(f"| {_cell(run)} | {r} | {acc} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
