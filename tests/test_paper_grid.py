@@ -350,11 +350,14 @@ def test_the_dynamics_table_reads_each_run_at_the_rounds_asked(tmp_path, capsys)
     assert cells[:3] == ["cifar10-dir05 pfedgm", "2", "41.23"]
     assert cells[names.index("H")] == "0.02"
     assert cells[names.index("P_y > 0.99, training (%)")] == "2"
-    assert cells[names.index("relative spread")] == "6.4e+03"  # 128 * 0.02 / 0.02^2
+    assert cells[names.index("relative spread (d = 128)")] == "6.4e+03"  # 128 * 0.02 / 0.02^2
     assert three.split("|")[3].strip() == "-"  # not evaluated at round 3
     capsys.readouterr()
     assert cli.main(["dynamics", str(run), "--table", str(table), "--at", "7"]) == 2
     assert "none of the rounds [7]" in capsys.readouterr().err
+    assert cli.main(["dynamics", str(run), "--table", str(table), "--at", "2", "--dim", "512"]) == 0
+    header, _, two = table.read_text().splitlines()
+    assert split(two)[split(header).index("relative spread (d = 512)")] == "2.56e+04"
     assert cli.main(["dynamics", str(run), "--table", str(table), "--at", "x"]) == 2
     assert cli.main(["dynamics", str(run)]) == 2  # neither --to nor --table
 

@@ -96,6 +96,9 @@ def parser() -> argparse.ArgumentParser:
     dynamics.add_argument(
         "--at", help="the table's rounds, comma-separated (default: the evaluated rounds)"
     )
+    dynamics.add_argument(
+        "--dim", type=int, default=128, help="z's dimension, for the table's relative spread"
+    )
     paired = sub.add_parser("paired", help="two finished runs' per-client difference, A - B")
     paired.add_argument("run_a", type=Path, help="run A's output-dir")
     paired.add_argument("run_b", type=Path, help="run B's output-dir (the same clients)")
@@ -214,7 +217,7 @@ def _dynamics(args) -> int:
     if args.table:
         at = [int(r) for r in args.at.split(",")] if args.at else None
         args.table.parent.mkdir(parents=True, exist_ok=True)
-        args.table.write_text(dynamics_table(args.run_dirs, at))
+        args.table.write_text(dynamics_table(args.run_dirs, at, args.dim))
         print(args.table)
     if args.to:
         print(dynamics_figure(args.run_dirs, args.to, args.beside))

@@ -49,12 +49,12 @@ def read_rounds(run_dir: Path) -> list[dict]:
     return folder.read_rounds()
 
 
-def accuracy_points(run_dir: Path) -> tuple[list[int], list[float]]:
+def accuracy_points(run_dir: Path, rows: list[dict] | None = None) -> tuple[list[int], list[float]]:
     """(rounds, personalized accuracy) of the rounds a run evaluated, its final evaluation
-    (`summary.json`) included, also where its `rounds.jsonl` predates holding it."""
-    points = {
-        r["round"]: r[EVAL_MEAN] for r in read_rounds(run_dir) if r.get(EVAL_MEAN) is not None
-    }
+    (`summary.json`) included, also where its `rounds.jsonl` predates holding it; `rows`: its
+    `rounds.jsonl` where already read."""
+    rows = read_rounds(run_dir) if rows is None else rows
+    points = {r["round"]: r[EVAL_MEAN] for r in rows if r.get(EVAL_MEAN) is not None}
     folder = RunFolder(run_dir)
     if folder.finished and (final := folder.read_summary()).get("mean-accuracy"):
         points[int(final["rounds"])] = final["mean-accuracy"]
@@ -85,7 +85,7 @@ def dynamics_figure(
     fig, axes = plt.subplots(len(PANELS) + 1, 1, figsize=(7, 2.3 * (len(PANELS) + 1)), sharex=True)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, folder in enumerate([*runs, *(beside or [])]):
-        rounds, accuracy = accuracy_points(folder)
+        rounds, accuracy = accuracy_points(folder, rows.get(folder))
         axes[0].plot(
             rounds,
             accuracy,
@@ -131,8 +131,10 @@ COLUMNS = (
     ("covariance-norm", "\\|A\\|", 1),
 )
 # The within-class spread relative to z's scale, d * variance / (mean ||z||)^2: what stays when
-# a run only rescales z (R_c shrinks z as a whole as readily as it tightens its classes).
-SPREAD = "relative spread"
+# a run only rescales z (R_c shrinks z as a whole as readily as it tightens its classes). The
+# runs do not record d (`generator.dim`: 128 for the CIFAR and EMNIST CNNs, 512 TinyImageNet's),
+# so the caller gives it and the header shows it.
+SPREAD = "relative spread (d = {d})"
 
 
 def relative_spread(row: dict, d: int) -> float | None:
@@ -141,10 +143,9 @@ def relative_spread(row: dict, d: int) -> float | None:
 
 
 def _cell(run_dir: Path) -> str:
-    """`<column> <run>` of `<out>/<column>/<run>/seed<n>`, else the folder's name."""
-    if run_dir.name.startswith("seed"):
-        return f"{run_dir.parent.parent.name} {run_dir.parent.name}"
-    return run_dir.name
+    """`<column> <run>` of `<out>/<column>/<run>/seed<n>`, else its legend's name."""
+    column = run_dir.parent.parent.name if run_dir.name.startswith("seed") else ""
+    return f"{column} {label_of(run_dir)}".strip()
 
 
 def dynamics_table(run_dirs: list[Path], at: list[int] | None = None, d: int = 128) -> str:
@@ -153,14 +154,17 @@ def dynamics_table(run_dirs: list[Path], at: list[int] | None = None, d: int = 1
     dimension `d` (`SPREAD`), as a Markdown table; ValueError when a run has no diagnostics or
     none of the rounds."""
     lines = [
-        "| run | round | accuracy (%) | " + " | ".join(h for _, h, _ in COLUMNS) + f" | {SPREAD} |",
+        "| run | round | accuracy (%) | "
+        + " | ".join(h for _, h, _ in COLUMNS)
+        + f" | {SPREAD.format(d=d)} |",
         "|---|---:|---:|" + "---:|" * (len(COLUMNS) + 1),
     ]
     for run in run_dirs:
-        rows = {r["round"]: r for r in read_rounds(run) if "grad-norm-shared" in r}
+        lines_read = read_rounds(run)
+        rows = {r["round"]: r for r in lines_read if "grad-norm-shared" in r}
         if not rows:
             raise ValueError(f"{run}: its rounds.jsonl has no Phase 1 diagnostics (a pFedGM run)")
-        accuracy = dict(zip(*accuracy_points(run), strict=True))
+        accuracy = dict(zip(*accuracy_points(run, lines_read), strict=True))
         wanted = sorted(accuracy) if at is None else at
         if not (found := [r for r in wanted if r in rows]):
             raise ValueError(f"{run}: none of the rounds {wanted} is in its rounds.jsonl")
