@@ -81,8 +81,19 @@ def task_identity():
         yield
 
 
-def pytest_collection_modifyitems(items):
-    """A run through the real engine is slow: the fast tier (`-m "not slow"`) leaves it out."""
+def pytest_addoption(parser):
+    parser.addoption(
+        "--exhaustive", action="store_true", help="also run the tests marked exhaustive"
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """A run through the real engine is slow: the fast tier (`-m "not slow"`) leaves it out.
+    An exhaustive test repeats, for one more case, what a kept test already proves for a case
+    that exercises the same code paths: skipped unless `--exhaustive`, to keep the suite short."""
+    exhaustive = config.getoption("--exhaustive")
     for item in items:
         if item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("exhaustive") and not exhaustive:
+            item.add_marker(pytest.mark.skip(reason="exhaustive: run with --exhaustive"))

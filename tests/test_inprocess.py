@@ -41,11 +41,21 @@ def _same_weights(a: Path, b: Path) -> bool:
     return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
+# One method per way of meeting the engine: each strategy class (PersonalizedFedAvg, FedPAC,
+# PFedFDA, PFedGM), each kind of client state (parts kept: fedpac; a personal model: ditto;
+# none), a method that sends nothing (local), and both grids (the windowed one on odd indices).
+# The others differ from one of these only in the client's arithmetic: --exhaustive runs them.
+ENGINE_CASES = ("local", "fedavg", "ditto", "fedpac", "pfedfda", "pfedgm")
+
+
 @pytest.mark.slow
 @pytest.mark.e2e
-@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize(
+    "method",
+    [m if m in ENGINE_CASES else pytest.param(m, marks=pytest.mark.exhaustive) for m in METHODS],
+)
 def test_every_method_gives_flwr_runs_results_in_process(flower_env, tmp_path, mnist, method):
-    """Each method through `flwr run` (the simulation engine, on the session's one SuperLink)
+    """A method through `flwr run` (the simulation engine, on the session's one SuperLink)
     and through the in-process driver: the same clients.csv, value for value (node ids aside),
     and the same global model, so figures measured in process are the app's. Every other
     method's in-process run keeps one message in flight (`messages-in-flight=1`: the

@@ -121,17 +121,21 @@ def test_a_flwr_run_stopped_after_round_2_resumes_to_the_uninterrupted_runs_resu
     reports the run stopped at once. So the run has 30 rounds (about 1.4 s each here, alone on
     the SuperLink): well after round 2 it is still in its rounds when the stop lands, and the
     resumed run waits for it to let go of its output-dir. The uninterrupted run goes in
-    process, first and alone (the same results as through `flwr run`: test_inprocess). Two
+    process (the same results as through `flwr run`: test_inprocess), beside the one stopped,
+    which it only slows: more rounds still to run when the stop lands. Two
     clients train a round: Flower hands the replies over in no fixed order, and FedAvg's sum of
     two terms is the same in either order (of three or more it is not, to the last bit)."""
     cfg = {**RUN, "num-server-rounds": 30, "local-epochs": 6, "pool-size": 5000,
            "method": "pfedgm", "dataset": str(mnist), "personal-epochs": 1,
            "lbfgs-cycles": 1}  # fmt: skip
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
-    run_inprocess({**cfg, "output-dir": str(whole)}, 4)
-    with ThreadPoolExecutor(1) as threads:
+    with ThreadPoolExecutor(2) as threads:
         stopper = threads.submit(_stop_after, stopped, 2, flower_env, _unfinished_runs(flower_env))
-        first = run_app({**cfg, "output-dir": str(stopped)}, 4, flower_env, timeout=900)
+        flwr_run = threads.submit(
+            run_app, {**cfg, "output-dir": str(stopped)}, 4, flower_env, timeout=900
+        )
+        run_inprocess({**cfg, "output-dir": str(whole)}, 4)
+        first = flwr_run.result()
         assert stopper.result(timeout=60) == {first.run_id}
     assert first.status == "finished:stopped", f"{first.details}\n{first.log[-3000:]}"
     _wait_for_the_run_to_end(stopped)
