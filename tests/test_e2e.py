@@ -83,7 +83,10 @@ def test_emnist_shaped_data_runs_pfedgm(flower_env, tmp_path, mnist):
     ("override", "message"),
     [
         ({"method": "fedfoo"}, "unknown method"),
-        ({"dataset": "/nonexistent/cifar10"}, "does not exist"),
+        # the same ServerApp check (its try block before round 1), another key
+        pytest.param(
+            {"dataset": "/nonexistent/cifar10"}, "does not exist", marks=pytest.mark.exhaustive
+        ),
     ],
 )
 def test_bad_input_fails_the_run_with_its_error(flower_env, tmp_path, cifar10, override, message):
