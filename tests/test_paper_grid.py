@@ -332,6 +332,11 @@ def test_the_dynamics_figure_draws_a_pfedgm_run_beside_another(tmp_path, capsys)
     assert "no Phase 1 diagnostics" in capsys.readouterr().err
 
 
+def _cells(line: str) -> list[str]:
+    """A Markdown table row's cells; an escaped `\\|` (as in `\\|A\\|`) stays inside its cell."""
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip("|"))]
+
+
 def test_the_dynamics_table_reads_each_run_at_the_rounds_asked(tmp_path, capsys):
     """One row per run and round: its accuracy where it evaluated, fractions as percentages,
     the cell named by the run's folder; a round the run lacks is left out, none is an error."""
@@ -345,8 +350,7 @@ def test_the_dynamics_table_reads_each_run_at_the_rounds_asked(tmp_path, capsys)
     table = tmp_path / "dynamics.md"
     assert cli.main(["dynamics", str(run), "--table", str(table), "--at", "2,3,9"]) == 0
     header, _, two, three = table.read_text().splitlines()
-    split = lambda line: [c.strip() for c in re.split(r"(?<!\\)\|", line.strip("|"))]  # noqa: E731
-    cells, names = split(two), split(header)
+    cells, names = _cells(two), _cells(header)
     assert cells[:3] == ["cifar10-dir05 pfedgm", "2", "41.23"]
     assert cells[names.index("H")] == "0.02"
     assert cells[names.index("P_y > 0.99, training (%)")] == "2"
@@ -357,7 +361,7 @@ def test_the_dynamics_table_reads_each_run_at_the_rounds_asked(tmp_path, capsys)
     assert "none of the rounds [7]" in capsys.readouterr().err
     assert cli.main(["dynamics", str(run), "--table", str(table), "--at", "2", "--dim", "512"]) == 0
     header, _, two = table.read_text().splitlines()
-    assert split(two)[split(header).index("relative spread (d = 512)")] == "2.56e+04"
+    assert _cells(two)[_cells(header).index("relative spread (d = 512)")] == "2.56e+04"
     assert cli.main(["dynamics", str(run), "--table", str(table), "--at", "x"]) == 2
     assert cli.main(["dynamics", str(run)]) == 2  # neither --to nor --table
 

@@ -160,11 +160,11 @@ def dynamics_table(run_dirs: list[Path], at: list[int] | None = None, d: int = 1
         "|---|---:|---:|" + "---:|" * (len(COLUMNS) + 1),
     ]
     for run in run_dirs:
-        lines_read = read_rounds(run)
-        rows = {r["round"]: r for r in lines_read if "grad-norm-shared" in r}
+        every_round = read_rounds(run)
+        rows = {r["round"]: r for r in every_round if "grad-norm-shared" in r}
         if not rows:
             raise ValueError(f"{run}: its rounds.jsonl has no Phase 1 diagnostics (a pFedGM run)")
-        accuracy = dict(zip(*accuracy_points(run, lines_read), strict=True))
+        accuracy = dict(zip(*accuracy_points(run, every_round), strict=True))
         wanted = sorted(accuracy) if at is None else at
         if not (found := [r for r in wanted if r in rows]):
             raise ValueError(f"{run}: none of the rounds {wanted} is in its rounds.jsonl")
