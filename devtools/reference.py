@@ -81,7 +81,7 @@ GLOSSARY = [
         "navigator",
         "psi = {mu_k, b_k}",
         "`GaussianHead.mu`, `GaussianHead.b`",
-        "arrays `head.mu`, `head.b`; `navigator-init`, `navigator-lr-scale`",
+        "arrays `head.mu`, `head.b`; `navigator-std`, `navigator-lr-scale`",
     ),
     (
         "covariance (statistic extractor)",

@@ -11,7 +11,13 @@ the strategy averages them over the round's clients by weight into `rounds.jsonl
   features the prototypes are computed from: no random draw, so no number of training
   changes): `z-norm` (mean ||z||), `mu-norm` (mean ||mu_k||), `within-class-variance` (mean
   over samples of ||z - upsilon_y||^2 / d, what R_c shrinks), `saturated-fraction-start` and
-  `covariance-norm` (||A||, Frobenius); with run-config `gradient-diagnostics`, also
+  `covariance-norm` (||A||, Frobenius); the navigator's regime: `mu-centroid-distance` and
+  `mu-centroid-cosine` (||mu_k - upsilon_k|| and cos(mu_k, upsilon_k), averaged over the classes
+  the client holds: do the means reach their class centroids, as the paper's Fig. Navigation
+  says they align?), `centroid-norm` (mean ||upsilon_k|| over those classes, the scale mu_k
+  would reach), `logit-margin` (mean over samples of the navigator's logit of the true class
+  minus the best other's: the logits' scale) and `covariance-deviation` (mean |A - 1|, how far
+  nu has moved from nu^0 = E); with run-config `gradient-diagnostics`, also
   `grad-norm-shared` and `grad-norm-personalized`, the norms over phi of the gradients of H
   and of lambda R_c on the client's first batch, and `grad-share-personalized` =
   |lambda grad R_c| / (|grad H| + |lambda grad R_c|).
@@ -64,16 +70,34 @@ def round_start(
     """The round-start statistics (module docstring) of the global model on one client: `z`,
     `y` its training features and labels, `prototypes` their class means."""
     with torch.no_grad():
-        nll = F.cross_entropy(
-            gaussian_logits(z, head.mu, head.b, per_sample=False), y, reduction="none"
-        )
+        logits = gaussian_logits(z, head.mu, head.b, per_sample=False)
+        nll = F.cross_entropy(logits, y, reduction="none")
         return {
             "z-norm": float(z.norm(dim=1).mean()),
             "mu-norm": float(head.mu.norm(dim=1).mean()),
             "within-class-variance": float(((z - prototypes[y]) ** 2).mean()),
             "saturated-fraction-start": float(saturated(nll)) / max(len(y), 1),
             "covariance-norm": float(head.A.norm()),
+            **_regime(head, logits, y, prototypes),
         }
+
+
+def _regime(
+    head: GaussianHead, logits: torch.Tensor, y: torch.Tensor, prototypes: torch.Tensor
+) -> dict[str, float]:
+    """The navigator's regime (module docstring): means against the client's centroids over the
+    classes it holds, the logits' margin, nu's distance from E."""
+    held = torch.bincount(y, minlength=head.mu.shape[0]) > 0
+    mu, centroids = head.mu[held], prototypes[held]
+    true = logits.gather(1, y[:, None]).squeeze(1)
+    others = logits.scatter(1, y[:, None], float("-inf")).max(1).values
+    return {
+        "mu-centroid-distance": float((mu - centroids).norm(dim=1).mean()),
+        "mu-centroid-cosine": float(F.cosine_similarity(mu, centroids, dim=1).mean()),
+        "centroid-norm": float(centroids.norm(dim=1).mean()),
+        "logit-margin": float((true - others).mean()) if len(y) and len(held) > 1 else 0.0,
+        "covariance-deviation": float((head.A - 1).abs().mean()),
+    }
 
 
 def gradient_share(

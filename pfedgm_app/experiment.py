@@ -238,7 +238,7 @@ def initial_arrays(
 ) -> ArrayRecord:
     """phi^0, psi^0, nu^0 (or the baseline's model), seeded by `seed`, for the clients' images
     and classes (from their query replies: the server needs no copy of the data), built by the
-    method's plug-in with the run's settings (e.g. pFedGM's `navigator-init`)."""
+    method's plug-in with the run's settings (e.g. pFedGM's `navigator-std`)."""
     torch.manual_seed(cfg.seed)
     model = plugin.build_model(image_shape, num_classes)
     return ArrayRecord(model.state_dict())

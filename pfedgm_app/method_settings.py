@@ -20,7 +20,6 @@ from .readings import (
     COVARIANCE_AVERAGES,
     DECOUPLINGS,
     HEAD_DECAY,
-    NAVIGATOR_INITS,
     OBJECTIVE_SCALES,
     PROTOTYPE_STEPS,
     RC_INPUTS,
@@ -140,7 +139,7 @@ class PFedFDASettings(Settings):
 class PFedGMSettings(Settings):
     """The paper's hyperparameters (Sec. Training Setup): lambda in Eq. (main_loss) and in zeta
     of Eq. (LossC); Phase 2 SGD fine-tuning, then L-BFGS on the biases (`lbfgs-cycles=0` skips
-    it). `navigator-init` is the scale of mu^0's Gaussian in psi^0 (`gaussian.NAVIGATOR_INITS`).
+    it). `navigator-std` is the standard deviation of mu^0 in psi^0 (`gaussian.GaussianHead`).
 
     The ablations of Sec. Ablation Studies, each pFedGM by default: `adaptation`
     (`phases.ADAPTATIONS`: NA, FA, GA), `personalized-objective` (false: NPO, Phase 1 on H
@@ -169,8 +168,9 @@ class PFedGMSettings(Settings):
         doc="Phase 2: L-BFGS iterations per cycle")
     lbfgs_cycles: int = at_least(0, 5, at_most=10_000,
         doc="Phase 2: L-BFGS cycles (0 skips the refinement)")
-    navigator_init: str = setting("standard", doc="scale of mu^0 in psi^0: `standard` N(0, 1) "
-        "per coordinate (Algorithm 1 read literally), `scaled` N(0, 1/d)")
+    navigator_std: float = above(0, 1.0, at_most=100,  # ||mu_k|| ~ 100 sqrt(d): a typo
+        doc="standard deviation of mu^0's coordinates in psi^0 (Algorithm 1's \"random Gaussian "
+        "weights\"): 1 reads it literally, 1/sqrt(d) (0.088 at d = 128) is a layer's scale")
     adaptation: str = setting("finetune-lbfgs", doc="Phase 2, the classifier-adaptation "
         "ablation: the head saved and reported as `accuracy`. `finetune-lbfgs` (GA, pFedGM) "
         "fine-tunes Eq. LossC then L-BFGS on the biases; `finetune` (FA) stops before L-BFGS; "
@@ -210,7 +210,6 @@ class PFedGMSettings(Settings):
     def validate(self, run) -> None:
         super().validate(run)
         for key, value, choices in (
-            ("navigator-init", self.navigator_init, NAVIGATOR_INITS),
             ("adaptation", self.adaptation, ADAPTATIONS),
             ("decoupling", self.decoupling, DECOUPLINGS),
             ("prototype-step", self.prototype_step, PROTOTYPE_STEPS),

@@ -5,7 +5,6 @@ reads them here without importing torch or flwr. The default is the first value 
 reading and the last of an ablation (pFedGM itself).
 """
 
-NAVIGATOR_INITS = ("standard", "scaled")  # mu^0's scale (gaussian.navigator_init_std)
 OBJECTIVE_SCALES = ("mean", "sum")  # R_c's and zeta's 1/d (gaussian.personalized_objective)
 PROTOTYPE_STEPS = ("epoch", "batch", "none")  # upsilon's step size (gaussian.update_prototypes_)
 DECOUPLINGS = ("gm", "gm-c", "gm-d")  # the decoupling ablation (phases.train_round)

@@ -60,6 +60,11 @@ PFEDGM_METRICS = (
     "within-class-variance",
     "saturated-fraction-start",
     "covariance-norm",
+    "mu-centroid-distance",
+    "mu-centroid-cosine",
+    "centroid-norm",
+    "logit-margin",
+    "covariance-deviation",
     "seconds-prototypes",
 )
 

@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 from pfedgm_app.gaussian import (
-    NAVIGATOR_INITS,
     OBJECTIVE_SCALES,
     POSITIVE_FLOOR,
     GaussianHead,
@@ -497,16 +496,16 @@ def test_refine_biases_equals_lbfgs_on_the_whole_heads_loss():
     torch.testing.assert_close(fast.b, whole.b, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize(("init", "std"), [("standard", 1.0), ("scaled", 1 / math.sqrt(256))])
-def test_navigator_init_draws_mu0_from_the_named_gaussian(init, std):
+@pytest.mark.parametrize("std", [1.0, 0.3, 1 / math.sqrt(256)])
+def test_navigator_std_draws_mu0_from_that_gaussian(std):
     """psi^0 (Algorithm 1): mu^0 ~ N(0, std^2) per coordinate, b^0 = 0, nu^0 = identity."""
     torch.manual_seed(0)
-    head = GaussianHead(100, 256, navigator_init=init)
+    head = GaussianHead(100, 256, navigator_std=std)
     mu = head.mu.detach()
     assert abs(mu.mean().item()) < 0.01 * std
     assert abs(mu.std().item() / std - 1) < 0.01  # 25,600 draws: the sample std is within 1%
     assert torch.equal(head.b.detach(), torch.zeros(100))
     assert torch.equal(head.A.detach(), torch.ones(100, 256))
-    assert GaussianHead(3, 4).mu.abs().max() > 0 and NAVIGATOR_INITS[0] == "standard"
-    with pytest.raises(ValueError, match="navigator_init must be one of"):
-        GaussianHead(3, 4, navigator_init="xavier")
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="navigator_std must be > 0"):
+            GaussianHead(3, 4, navigator_std=bad)

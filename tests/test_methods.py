@@ -454,12 +454,12 @@ def test_every_method_runs_a_round_and_personalizes_on_64px_images():
         assert 0 <= result["accuracy"] <= 1, name
 
 
-def test_the_servers_psi0_follows_navigator_init():
-    """The global model's mu^0 is drawn at the scale `navigator-init` names (d = 128 here)."""
+def test_the_servers_psi0_follows_navigator_std():
+    """The global model's mu^0 is drawn at the std `navigator-std` names (d = 128 here):
+    ||mu_k|| near std * sqrt(d)."""
     from pfedgm_app.experiment import initial_arrays
 
-    norms = {}
-    for init in ("standard", "scaled"):
-        arrays = initial_arrays(RunConfig(), plugin("pfedgm", **{"navigator-init": init}), SHAPE, K)
-        norms[init] = torch.from_numpy(arrays["head.mu"].numpy()).norm(dim=1).mean().item()
-    assert abs(norms["standard"] / 128**0.5 - 1) < 0.1 and abs(norms["scaled"] - 1) < 0.1
+    for std in (1.0, 128**-0.5):
+        arrays = initial_arrays(RunConfig(), plugin("pfedgm", **{"navigator-std": std}), SHAPE, K)
+        norm = torch.from_numpy(arrays["head.mu"].numpy()).norm(dim=1).mean().item()
+        assert abs(norm / (std * 128**0.5) - 1) < 0.1, std

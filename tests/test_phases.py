@@ -226,6 +226,43 @@ def test_the_round_diagnostics_are_their_closed_forms_on_the_global_model():
     assert 0 <= metrics["saturated-fraction"] <= 1
 
 
+def test_the_regime_diagnostics_are_their_closed_forms_over_the_classes_held():
+    """mu_k against the client's class centroid (distance, cosine, the centroid's norm) over the
+    classes it holds only, the navigator's mean margin of the true logit over the best other,
+    and mean |A - 1|, each computed here class by class and sample by sample."""
+    torch.manual_seed(4)
+    k, d = 5, 6
+    head = GaussianHead(k, d)
+    with torch.no_grad():
+        head.b.copy_(torch.randn(k))
+        head.A.copy_(torch.rand(k, d) + 0.5)
+    y = torch.tensor([0, 0, 1, 3, 3, 3, 1, 0])  # classes 2 and 4 absent
+    z = torch.randn(len(y), d) + 2
+    protos = head.mu.detach().clone()  # an absent class's prototype is mu_k (class_means)
+    for c in (0, 1, 3):
+        protos[c] = z[y == c].mean(0)
+    metrics = diagnostics.round_start(head, z, y, protos)
+    held = (0, 1, 3)
+    mu = head.mu.detach()
+    distance = sum(float((mu[c] - protos[c]).norm()) for c in held) / 3
+    cosine = sum(float(mu[c] @ protos[c] / (mu[c].norm() * protos[c].norm())) for c in held) / 3
+    logits = -0.5 * ((z[:, None, :] - mu[None]) ** 2).sum(-1) + head.b.detach()  # A = E
+    margins = []
+    for logit, label in zip(logits, y, strict=True):
+        others = [float(logit[j]) for j in range(k) if j != label]
+        margins.append(float(logit[label]) - max(others))
+    expected = {
+        "mu-centroid-distance": distance,
+        "mu-centroid-cosine": cosine,
+        "centroid-norm": sum(float(protos[c].norm()) for c in held) / 3,
+        "logit-margin": sum(margins) / len(margins),
+        "covariance-deviation": float((head.A.detach() - 1).abs().mean()),
+    }
+    for key, value in expected.items():
+        assert metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    assert set(expected) <= set(diagnostics.KEYS)
+
+
 def test_saturation_counts_the_samples_whose_posterior_passes_099():
     """From H per sample, as the step has it: the count of P_y > 0.99 by softmax, on logits
     spread across the threshold."""

@@ -14,8 +14,8 @@ class PFedGMClient(ClientPlugin):
     """Generator phi + Gaussian head (navigator psi, covariance nu); all three are sent."""
 
     def build_model(self, image_shape: tuple[int, int, int], num_classes: int) -> Model:
-        init = self.settings.navigator_init
-        return build_model(image_shape, lambda dim: GaussianHead(num_classes, dim, init))
+        std = self.settings.navigator_std
+        return build_model(image_shape, lambda dim: GaussianHead(num_classes, dim, std))
 
     def _shared(self, task: ClientTask) -> dict:
         """The keyword arguments both phases take from the run: lambda, SGD, batches, RNG."""

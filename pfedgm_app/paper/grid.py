@@ -108,6 +108,24 @@ FINALISTS = (
     Row("default", "default reading", "pfedgm", {"method": "pfedgm"}),
 )
 
+# The navigator's scale at the full budget (docs/notes/navigator-std.md): mu^0's std 1 (the
+# default, the last row), 0.3 and 1/sqrt(d) (d = 128, the CIFAR CNN's features), and NPO at
+# 1/sqrt(d), 200 rounds on validation. Ranked by the readings study's rule.
+LAYER_STD = 128**-0.5
+NAVIGATOR_STD = tuple(
+    _variant(name, label, **VALIDATION, **keys)
+    for name, label, keys in (
+        ("val-std-layer", "std 1/sqrt(d)", {"navigator-std": LAYER_STD}),
+        ("val-std-0.3", "std 0.3", {"navigator-std": 0.3}),
+        (
+            "val-std-layer-npo",
+            "std 1/sqrt(d), NPO (no R_c)",
+            {"navigator-std": LAYER_STD, "personalized-objective": False},
+        ),
+        ("val-default", "std 1 (default)", {}),
+    )
+)
+
 # One Table per entry: (name, caption, columns, rows[, kind])
 # fmt: off
 TABLES: dict[str, Table] = {t.name: t for t in (
@@ -144,18 +162,21 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           READINGS),
     Table("readings-test", "Phase 1's finalist readings: test accuracy (%)", STUDY_COLUMNS,
           FINALISTS),
-    # The navigator's initial scale (docs/notes/navigator-init.md): mu^0 from N(0, 1), the
-    # default, against N(0, 1/d), beside pFedFDA; each run's global model alone (`acc-global`:
-    # pFedGM's navigator, pFedFDA's global Gaussian head) as a row of its own.
+    Table("navigator-std", "The navigator's scale at 200 rounds: validation accuracy (%)",
+          ("cifar100-dir05",), NAVIGATOR_STD),
+    # The navigator's initial scale at 30 rounds (docs/notes/navigator-init.md): mu^0 from
+    # N(0, 1), the default, against N(0, 1/d) (ran with d = 128 on the CIFAR cells and 512 on
+    # TinyImageNet's), beside pFedFDA; each run's global model alone (`acc-global`: pFedGM's
+    # navigator, pFedFDA's global Gaussian head) as a row of its own.
     Table("navigator", "The navigator's initial scale: N(0, 1) against N(0, 1/d)",
           ("cifar100-dir05", "cifar10-dir05", "cifar100-dir01", "cifar10-dir01",
            "cifar10s-dir05-100c", "tinyimagenet-dir01"),
-          (_variant("scaled", "pFedGM, N(0, 1/d)", **{"navigator-init": "scaled"}),
+          (_variant("scaled", "pFedGM, N(0, 1/d)", **{"navigator-std": LAYER_STD}),
            method_row("pfedfda"),
            Row("global", "pFedGM's navigator alone", "pfedgm", {"method": "pfedgm"},
                "acc-global"),
            Row("scaled-global", "pFedGM's navigator alone, N(0, 1/d)", "pfedgm-scaled",
-               {"method": "pfedgm", "navigator-init": "scaled"}, "acc-global"),
+               {"method": "pfedgm", "navigator-std": LAYER_STD}, "acc-global"),
            Row("pfedfda-global", "pFedFDA's global head alone", "pfedfda",
                {"method": "pfedfda"}, "acc-global"),
            PFEDGM)),

@@ -26,7 +26,7 @@ class Net(nn.Module):
             nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
             nn.Flatten(), nn.Linear(32 * 8 * 8, FEATURES), nn.ReLU(),
         )  # fmt: skip
-        self.head = GaussianHead(NUM_CLASSES, FEATURES, navigator_init="standard")  # or "scaled"
+        self.head = GaussianHead(NUM_CLASSES, FEATURES, navigator_std=1.0)  # or FEATURES**-0.5
 
 
 _fds: FederatedDataset | None = None  # one per process: partitioning is done once
