@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .readings import OBJECTIVE_SCALES, PROTOTYPE_STEPS
+from .readings import LBFGS_LINE_SEARCHES, OBJECTIVE_SCALES, PROTOTYPE_STEPS
 
 POSITIVE_FLOOR = 1e-4  # smallest diagonal precision kept by projection after each step
 
@@ -273,11 +273,26 @@ def fine_tune_(
     )
 
 
+# L-BFGS's step, a choice the paper leaves open ("The L-BFGS optimizer is run with a learning
+# rate of 0.05, and a maximum of 10 internal iterations, for a total of 5 full training
+# cycles", Sec. Training Setup): "none" takes each step at the learning rate as torch's L-BFGS
+# does by default (the paper's "learning rate" read literally, the default); "strong-wolfe"
+# searches each step's length under the strong Wolfe conditions, the rate only its first trial
+# (`readings.LBFGS_LINE_SEARCHES`).
+
+
 def refine_biases_(
-    head: PersonalizedHead, z: torch.Tensor, y: torch.Tensor, lr: float, max_iter: int, cycles: int
+    head: PersonalizedHead,
+    z: torch.Tensor,
+    y: torch.Tensor,
+    lr: float,
+    max_iter: int,
+    cycles: int,
+    line_search: str = "none",
 ) -> float:
     """Phase 2 step 2, the granular adaptation: L-BFGS on the biases b alone, Eq. (LossC) over all
-    of the client's features, `cycles` calls of `max_iter` inner iterations. Returns the loss.
+    of the client's features, `cycles` calls of `max_iter` inner iterations, each step's length
+    by `line_search` (`LBFGS_LINE_SEARCHES`, comment above). Returns the loss.
 
     b enters the logits as a sum, so the rest (`logits_but_b`) is computed once: each of the
     L-BFGS evaluations is then a softmax, with the same loss and gradient as the full head's.
@@ -287,10 +302,13 @@ def refine_biases_(
     others' kernels, while the problem is K numbers over an n x K table, small work for one
     CPU core. Only b goes back.
     """
+    if line_search not in LBFGS_LINE_SEARCHES:
+        raise ValueError(f"line_search must be one of {LBFGS_LINE_SEARCHES}, got {line_search!r}")
     with torch.no_grad():
         fixed, target = head.logits_but_b(z).cpu(), y.cpu()
     b = head.b.detach().cpu().clone().requires_grad_()
-    opt = torch.optim.LBFGS([b], lr=lr, max_iter=max_iter)
+    search = "strong_wolfe" if line_search == "strong-wolfe" else None
+    opt = torch.optim.LBFGS([b], lr=lr, max_iter=max_iter, line_search_fn=search)
 
     def closure() -> torch.Tensor:
         opt.zero_grad()

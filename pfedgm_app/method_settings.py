@@ -20,6 +20,7 @@ from .readings import (
     COVARIANCE_AVERAGES,
     DECOUPLINGS,
     HEAD_DECAY,
+    LBFGS_LINE_SEARCHES,
     OBJECTIVE_SCALES,
     PROTOTYPE_STEPS,
     RC_INPUTS,
@@ -168,6 +169,12 @@ class PFedGMSettings(Settings):
         doc="Phase 2: L-BFGS iterations per cycle")
     lbfgs_cycles: int = at_least(0, 5, at_most=10_000,
         doc="Phase 2: L-BFGS cycles (0 skips the refinement)")
+    lbfgs_line_search: str = setting("none", doc="Phase 2: L-BFGS's step length, `none` (each "
+        "step at `lbfgs-learning-rate`, the paper's \"learning rate\") or `strong-wolfe` (a "
+        "line search under the strong Wolfe conditions)")
+    personal_batch_size: int = at_least(0, 0, at_most=10**6,  # more than any client holds
+        doc="Phase 2: the fine-tuning's batch size, which the paper does not give (0: the run's "
+        "`batch-size`)")
     navigator_std: float = above(0, 1.0, at_most=100,  # ||mu_k|| ~ 100 sqrt(d): a typo
         doc="standard deviation of mu^0's coordinates in psi^0 (Algorithm 1's \"random Gaussian "
         "weights\"): 1 reads it literally, 1/sqrt(d) (0.088 at d = 128) is a layer's scale")
@@ -217,6 +224,7 @@ class PFedGMSettings(Settings):
             ("covariance-average", self.covariance_average, COVARIANCE_AVERAGES),
             ("bias-average", self.bias_average, BIAS_AVERAGES),
             ("rc-input", self.rc_input, RC_INPUTS),
+            ("lbfgs-line-search", self.lbfgs_line_search, LBFGS_LINE_SEARCHES),
         ):
             if value not in choices:
                 raise ConfigError(f"{key} must be one of {choices}, got {value!r}")

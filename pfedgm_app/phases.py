@@ -252,14 +252,16 @@ def personalized_head(
     lbfgs_lr: float = 0.05,
     lbfgs_max_iter: int = 10,
     lbfgs_cycles: int = 5,
+    lbfgs_line_search: str = "none",
     rng: torch.Generator | None = None,
     adaptation: str = "finetune-lbfgs",
     objective_scale: str = "mean",
 ) -> tuple[PersonalizedHead, dict[str, float]]:
     """Phase 2 on a client: phi frozen, the personalized head (Eq. LossC) fitted by SGD on the
     client's features (`epochs` at `lr`), then its biases refined by L-BFGS (`lbfgs_cycles`
-    cycles of `lbfgs_max_iter` iterations at `lbfgs_lr`; 0 cycles skips it). `generator` and
-    `head` are left as they were.
+    cycles of `lbfgs_max_iter` iterations at `lbfgs_lr`, steps by `lbfgs_line_search`; 0 cycles
+    skips it). `batch_size` is the fine-tuning's (the paper gives none for Phase 2).
+    `generator` and `head` are left as they were.
 
     Returns the personalized head (on z = generator(x): `generator` then this head is the
     client's model) and fractions in [0, 1] on `test`: `accuracy` (the personalized head), and
@@ -299,7 +301,9 @@ def personalized_head(
             fine_tune_(ph, z_train, y_train, run, epochs, lr, momentum, weight_decay)
             result["acc-finetune"] = accuracy(ph, z_test, y_test)
         if lbfgs_cycles and adaptation == "finetune-lbfgs":
-            refine_biases_(ph, z_train, y_train, lbfgs_lr, lbfgs_max_iter, lbfgs_cycles)
+            refine_biases_(
+                ph, z_train, y_train, lbfgs_lr, lbfgs_max_iter, lbfgs_cycles, lbfgs_line_search
+            )
     result["accuracy"] = accuracy(ph, z_test, y_test)
     result["num-test"] = float(len(y_test))
     return ph, result

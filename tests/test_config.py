@@ -107,6 +107,8 @@ def test_a_method_registered_once_is_known_everywhere():
         ({"covariance-average": "variance"}, "covariance-average must be one of"),
         ({"bias-average": "geometric"}, "bias-average must be one of"),
         ({"rc-input": "after"}, "rc-input must be one of"),
+        ({"lbfgs-line-search": "wolfe"}, "lbfgs-line-search must be one of"),
+        ({"personal-batch-size": -1}, "personal-batch-size must be >= 0"),
     ],
 )
 def test_bad_values_raise_clear_errors(override, message):

@@ -94,6 +94,27 @@ def test_pfedgm_personalize_reports_accuracy_and_ablation_points():
     assert all(torch.equal(frozen[k], v) for k, v in model.state_dict().items())
 
 
+@pytest.mark.parametrize(("keys", "batch", "search"), [
+    ({}, 50, "none"),  # 0: the run's batch-size; L-BFGS at its fixed rate
+    ({"personal-batch-size": 10, "lbfgs-line-search": "strong-wolfe"}, 10, "strong-wolfe"),
+])  # fmt: skip
+def test_pfedgm_phase2_takes_its_batch_size_and_line_search_from_the_run(
+    monkeypatch, keys, batch, search
+):
+    import pfedgm_app.methods.pfedgm as client
+
+    seen, real = {}, client.personalized_head
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(client, "personalized_head", spy)
+    method, task = plugin("pfedgm", **keys), _task(**{"batch_size": 50})
+    method.personalize(_model("pfedgm"), task)
+    assert (seen["batch_size"], seen["lbfgs_line_search"]) == (batch, search)
+
+
 def test_pfedgm_adaptation_none_reports_and_keeps_the_global_head_with_covariance():
     method, task = plugin("pfedgm", adaptation="none"), _task()
     model = _model("pfedgm")

@@ -54,18 +54,19 @@ class PFedGMClient(ClientPlugin):
         """Phase 2: `phases.personalized_head` (by SGD on Eq. LossC, then L-BFGS on its
         biases), with the paper's adaptation ablation points; the client's model is phi* under
         that head (under `adaptation`, the head of that ablation point)."""
-        settings, data = self.settings, task.data
+        settings, data, cfg = self.settings, task.data, task.cfg
         head, result = personalized_head(
             model.generator,
             model.head,
             (data.x_train, data.y_train),
             (data.x_test, data.y_test),
-            **self._shared(task),
+            **{**self._shared(task), "batch_size": settings.personal_batch_size or cfg.batch_size},
             epochs=settings.personal_epochs,
             lr=settings.personal_learning_rate,
             lbfgs_lr=settings.lbfgs_learning_rate,
             lbfgs_max_iter=settings.lbfgs_max_iter,
             lbfgs_cycles=settings.lbfgs_cycles,
+            lbfgs_line_search=settings.lbfgs_line_search,
             adaptation=settings.adaptation,
         )
         result.pop("num-test")  # the ClientApp reports the sizes
