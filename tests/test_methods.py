@@ -115,6 +115,19 @@ def test_pfedgm_phase2_takes_its_batch_size_and_line_search_from_the_run(
     assert (seen["batch_size"], seen["lbfgs_line_search"]) == (batch, search)
 
 
+@pytest.mark.parametrize("name", ["pfedgm", "fedavg"])
+def test_a_round_whose_loss_goes_non_finite_is_refused_naming_the_learning_rate(name):
+    """No update of a diverged round leaves the client: one line names the rate (and, for
+    pFedGM, the navigator's scale that makes its steps steep)."""
+    from pfedgm_app.methods.base import Diverged
+
+    method, task = plugin(name), _task(learning_rate=0.05)
+    task.data.x_train[0] = float("inf")  # a diverged step's activations: inf, then NaN
+    with pytest.raises(Diverged, match=r"learning-rate=0\.05; lower learning-rate") as info:
+        method.train(_model(name), task)
+    assert ("navigator-std (1 now)" in str(info.value)) == (name == "pfedgm")
+
+
 def test_pfedgm_adaptation_none_reports_and_keeps_the_global_head_with_covariance():
     method, task = plugin("pfedgm", adaptation="none"), _task()
     model = _model("pfedgm")

@@ -9,6 +9,7 @@ they are of, which the device keeps, `personal_model`).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,6 +27,10 @@ from ..strategies import PersonalizedFedAvg
 from ..training import accuracy, make_sgd, run_epochs, supervised_step
 
 KEPT = "kept-arrays"  # ClientState name of the model parameters a client never sends
+
+
+class Diverged(ValueError):
+    """A round's training loss became non-finite: its update would wreck the global model."""
 
 
 @dataclass
@@ -157,6 +162,11 @@ class ClientPlugin:
         global model with what the client kept) and at least its `accuracy`."""
         return Personalized({"accuracy": accuracy_on_test(model, task)}, model)
 
+    def divergence_advice(self) -> str:
+        """What else than the learning rate makes this method's steps steep: the end of the
+        line `Diverged` gives, starting with ' or ...' (empty: nothing)."""
+        return ""
+
     def restore(self, model: Model, task: ClientTask) -> None:
         """Load the parameters this client kept (absent before its first round)."""
         if KEPT in task.state:
@@ -169,7 +179,14 @@ class ClientPlugin:
         metrics: dict[str, float],
         extras: Mapping[str, torch.Tensor] | None = None,
     ) -> Reply:
-        """Keep `kept_keys` in the client state and put every other array in the reply."""
+        """Keep `kept_keys` in the client state and put every other array in the reply; a round
+        whose loss went non-finite raises `Diverged` instead, naming the learning rate."""
+        if not math.isfinite(metrics.get("loss", 0.0)):
+            raise Diverged(
+                f"training diverged: the loss became non-finite in round {task.server_round} at "
+                f"learning-rate={task.cfg.learning_rate}; lower learning-rate (the paper's: 0.01)"
+                f"{self.divergence_advice()}"
+            )
         kept, weights = set(self.kept_keys(model)), model.state_dict()
         if kept:
             task.state.save(KEPT, {k: weights[k] for k in kept})

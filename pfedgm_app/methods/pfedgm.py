@@ -17,6 +17,16 @@ class PFedGMClient(ClientPlugin):
         std = self.settings.navigator_std
         return build_model(image_shape, lambda dim: GaussianHead(num_classes, dim, std))
 
+    def divergence_advice(self) -> str:
+        # mu^0 ~ N(0, std^2) puts ||mu_k|| near std sqrt(d), and H's gradient on z,
+        # mu_y - sum_i P_i mu_i, grows with it: at std 1 a rate a linear head takes can
+        # diverge (MNIST at 0.05 does in round 1, docs/running.md)
+        std = self.settings.navigator_std
+        return (
+            f", or navigator-std ({std:g} now): H's gradient on z grows with ||mu_k||, about "
+            "navigator-std * sqrt(d) at the start"
+        )
+
     def _shared(self, task: ClientTask) -> dict:
         """The keyword arguments both phases take from the run: lambda, SGD, batches, RNG."""
         cfg = task.cfg
