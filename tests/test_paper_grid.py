@@ -314,6 +314,20 @@ def test_the_finalists_are_validation_readings_run_on_the_test_sets():
     assert finalists.rows[-1].keys == {"method": "pfedgm"}
 
 
+def test_the_navigator_std_study_holds_out_validation_and_varies_the_std_alone():
+    """200-round study rows (docs/notes/navigator-std.md): each on validation, the default
+    (std 1) last, the others a std (NPO also drops R_c) and nothing else."""
+    study = grid.TABLES["navigator-std"]
+    default = study.rows[-1]
+    assert default.keys == {"method": "pfedgm", "validation-fraction": 0.1}
+    stds = set()
+    for row in study.rows[:-1]:
+        extra = {k: v for k, v in row.keys.items() if default.keys.get(k) != v}
+        stds.add(extra.pop("navigator-std"))
+        assert extra in ({}, {"personalized-objective": False}), row.name
+    assert stds == {0.3, 128**-0.5}
+
+
 def test_the_dynamics_figure_draws_a_pfedgm_run_beside_another(tmp_path, capsys):
     from pfedgm_app.diagnostics import KEYS
 
@@ -354,6 +368,9 @@ def test_the_dynamics_table_reads_each_run_at_the_rounds_asked(tmp_path, capsys)
     assert cells[:3] == ["cifar10-dir05 pfedgm", "2", "41.23"]
     assert cells[names.index("H")] == "0.02"
     assert cells[names.index("P_y > 0.99, training (%)")] == "2"
+    assert (
+        cells[names.index("logit margin")] == cells[names.index("cos(mu_k, upsilon_k)")] == "0.02"
+    )
     assert cells[names.index("relative spread (d = 128)")] == "6.4e+03"  # 128 * 0.02 / 0.02^2
     assert three.split("|")[3].strip() == "-"  # not evaluated at round 3
     capsys.readouterr()

@@ -34,6 +34,18 @@ PANELS = (
     ),
     ("within-class variance of z (per coordinate)", [("within-class-variance", "variance")], True),
     (
+        "the navigator against the client's class centroids",
+        [
+            ("mu-centroid-distance", "||mu_k - upsilon_k||"),
+            ("centroid-norm", "||upsilon_k||"),
+            ("mu-norm", "||mu_k||"),
+        ],
+        True,
+    ),
+    ("cos(mu_k, upsilon_k)", [("mu-centroid-cosine", "cosine")], False),
+    ("the navigator's logit margin, true class - best other", [("logit-margin", "margin")], False),
+    ("nu's distance from E: mean |A - 1|", [("covariance-deviation", "mean |A - 1|")], True),
+    (
         "saturation of H: share with P_y > 0.99",
         [("saturated-fraction", "in training"), ("saturated-fraction-start", "round start")],
         False,
@@ -129,6 +141,11 @@ COLUMNS = (
     ("mu-norm", "mean \\|mu_k\\|", 1),
     ("within-class-variance", "within-class variance", 1),
     ("covariance-norm", "\\|A\\|", 1),
+    ("mu-centroid-distance", "\\|mu_k - upsilon_k\\|", 1),
+    ("mu-centroid-cosine", "cos(mu_k, upsilon_k)", 1),
+    ("centroid-norm", "\\|upsilon_k\\|", 1),
+    ("logit-margin", "logit margin", 1),
+    ("covariance-deviation", "mean \\|A - 1\\|", 1),
 )
 # The within-class spread relative to z's scale, d * variance / (mean ||z||)^2: what stays when
 # a run only rescales z (R_c shrinks z as a whole as readily as it tightens its classes). The
