@@ -328,6 +328,18 @@ def test_the_navigator_std_study_holds_out_validation_and_varies_the_std_alone()
     assert stds == {0.3, 128**-0.5}
 
 
+def test_the_phase2_study_varies_phase2_keys_alone_on_validation():
+    """Phase 2 from a kept model: every row holds out validation and changes only Phase 2's
+    keys (a Phase 1 key would make the kept model the wrong one); each run once per column."""
+    study = grid.TABLES["phase2"]
+    phase2 = {"lbfgs-line-search", "personal-batch-size", "personal-epochs"}
+    assert study.rows[-1].keys == {"method": "pfedgm", "validation-fraction": 0.1}
+    for row in study.rows:
+        assert row.keys["validation-fraction"] == 0.1
+        assert set(row.keys) - {"method", "validation-fraction"} <= phase2, row.name
+    assert len(runs(["phase2"], [0], ["cifar100-dir05"])) == len(study.rows)
+
+
 def test_the_dynamics_figure_draws_a_pfedgm_run_beside_another(tmp_path, capsys):
     from pfedgm_app.diagnostics import KEYS
 

@@ -126,6 +126,35 @@ NAVIGATOR_STD = tuple(
     )
 )
 
+# Phase 2's budget, alone (`--rounds 0 --set initial-model=<a kept 200-round model>`, one
+# column at a time), on validation: the L-BFGS line search, and the fine-tuning's batch size
+# and epochs, which the paper does not give (ours: the run's 50, and its 5 epochs). The
+# default last.
+PHASE2 = tuple(
+    _variant(name, label, **VALIDATION, **keys)
+    for name, label, keys in (
+        ("val-p2-wolfe", "L-BFGS, strong Wolfe", {"lbfgs-line-search": "strong-wolfe"}),
+        ("val-p2-b10", "batch 10, 5 epochs", {"personal-batch-size": 10}),
+        ("val-p2-b25", "batch 25, 5 epochs", {"personal-batch-size": 25}),
+        (
+            "val-p2-b10-e20",
+            "batch 10, 20 epochs",
+            {"personal-batch-size": 10, "personal-epochs": 20},
+        ),
+        (
+            "val-p2-b25-e20",
+            "batch 25, 20 epochs",
+            {"personal-batch-size": 25, "personal-epochs": 20},
+        ),
+        (
+            "val-p2-b50-e20",
+            "batch 50, 20 epochs",
+            {"personal-batch-size": 50, "personal-epochs": 20},
+        ),
+        ("val-p2-default", "batch 50, 5 epochs, fixed-step L-BFGS (default)", {}),
+    )
+)
+
 # One Table per entry: (name, caption, columns, rows[, kind])
 # fmt: off
 TABLES: dict[str, Table] = {t.name: t for t in (
@@ -164,6 +193,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           FINALISTS),
     Table("navigator-std", "The navigator's scale at 200 rounds: validation accuracy (%)",
           ("cifar100-dir05",), NAVIGATOR_STD),
+    Table("phase2", "Phase 2's budget from a kept model: validation accuracy (%)",
+          ("cifar100-dir05", "cifar100-dir01"), PHASE2),
     # The navigator's initial scale at 30 rounds (docs/notes/navigator-init.md): mu^0 from
     # N(0, 1), the default, against N(0, 1/d) (ran with d = 128 on the CIFAR cells and 512 on
     # TinyImageNet's), beside pFedFDA; each run's global model alone (`acc-global`: pFedGM's
