@@ -187,3 +187,44 @@ def test_a_test_size_counts_at_most_the_servers_bound_in_the_headline():
     assert caps[9] == 2000 and result.mean_accuracy == pytest.approx(80 * 300 / 2300)
     uncapped = collect([*honest, reply(9, 0.0, 1e9)], 4, 10, "train.personalize", reported)
     assert uncapped.mean_accuracy < 0.001  # what the cap prevents
+
+
+def _honest(rng, direction, n):
+    """n updates around a common direction, each with its own noise (non-IID clients)."""
+    return [direction + rng.normal(0, 1.0, direction.shape) for _ in range(n)]
+
+
+def test_replies_that_move_a_round_beyond_one_clients_worth_are_named():
+    """Inside every bound yet named: a sign-flipped update (opposed to the round's median), one
+    clipped to the norm bound, a weight claimed above the node's bound; honest ones are not."""
+    rng = np.random.default_rng(0)
+    direction = rng.normal(0, 1.0, 400)
+    current = _arrays(w=np.zeros(400))
+    updates = _honest(rng, direction, 5)
+    updates += [-9 * direction, 1e4 * direction]  # flipped (node 6), far too long (node 7)
+    replies = [_reply(i + 1, _arrays(w=u), 100) for i, u in enumerate(updates)]
+    replies.append(_reply(8, _arrays(w=updates[0]), 1e6))  # as it reported: 20x the median
+    reported = {i: {"num-examples": 100 if i < 8 else 1e6} for i in range(1, 9)}
+    strategy = PersonalizedFedAvg(reported=reported)
+    _, metrics = _aggregate(strategy, current, replies)
+    named = {int(s.split("node ")[1].split(":")[0]): s for s in strategy.round_suspects(1)}
+    assert sorted(named) == [6, 7, 8]
+    assert "opposed to the round's median (cosine -0.8" in named[6]
+    assert "update clipped" in named[7] and "weight 1e+06 capped at 2000" in named[8]
+    assert metrics["update-cosine-min"] < -0.8 and strategy.round_suspects(2) == []
+
+
+def test_honest_heterogeneous_updates_name_no_suspect():
+    """Clients of a common direction with noise as large as it, sizes 20 to 2000 as reported:
+    no reply named, every cosine to the round's median above 0."""
+    rng = np.random.default_rng(1)
+    direction = rng.normal(0, 1.0, 2000)
+    sizes = [20, 55, 140, 300, 506, 900, 1500, 2000]
+    replies = [
+        _reply(i, _arrays(w=u), n)
+        for i, (u, n) in enumerate(zip(_honest(rng, direction, 8), sizes, strict=True), 1)
+    ]
+    reported = {i: {"num-examples": n} for i, n in enumerate(sizes, 1)}
+    strategy = PersonalizedFedAvg(reported=reported)
+    _, metrics = _aggregate(strategy, _arrays(w=np.zeros(2000)), replies)
+    assert strategy.suspects == [] and metrics["update-cosine-min"] > 0

@@ -82,7 +82,12 @@ class ReplyAdmission:
         own = (self.reported or {}).get(node, {}).get(key)
         return min(bound, float(own)) if own is not None else bound
 
+    def _claim(self, msg: Message) -> float:
+        """The weight a train reply claims (`weighted_by_key`)."""
+        return float(next(iter(msg.content.metric_records.values()))[self.weighted_by_key])
+
     def _weight(self, msg: Message) -> float:
         """A reply's weight: its claim, at most its node's `weight_bound`."""
-        claim = float(next(iter(msg.content.metric_records.values()))[self.weighted_by_key])
-        return min(claim, self.weight_bound(msg.metadata.src_node_id, self.weighted_by_key))
+        return min(
+            self._claim(msg), self.weight_bound(msg.metadata.src_node_id, self.weighted_by_key)
+        )

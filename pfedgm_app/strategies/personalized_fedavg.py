@@ -29,13 +29,12 @@ from .. import wire
 from .admission import ReplyAdmission
 from .contract import arrays_problem
 from .personalization_result import PersonalizationResult, collect
-from .robust import AGGREGATIONS, clip_updates, combine, weighted_mean
+from .robust import AGGREGATIONS, clip_updates, combine, merge_arrays, weighted_mean
 from .sampling import sample_nodes, wait_for_nodes
+from .suspects import MAX_RECORDED, SuspectNaming
 
-MAX_DROPPED_RECORDED = 1000  # entries of `dropped` kept for the summary
 
-
-class PersonalizedFedAvg(ReplyAdmission, FedAvg):
+class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
     """FedAvg with what personalized methods need from the server.
 
     - Keys a client keeps local (absent from its reply) keep their current global value
@@ -99,6 +98,7 @@ class PersonalizedFedAvg(ReplyAdmission, FedAvg):
         self.trim_fraction = trim_fraction
         self.sampled: dict[int, set[int]] = {}  # round -> the nodes its messages went to
         self.dropped: list[str] = []  # "round r: node n: why", for the run's summary
+        self.suspects: list[str] = []  # "round r: node n: why" (`SuspectNaming`)
         self.personalize_message_type = personalize_message_type
         self.node_partitions = node_partitions
         self.train_nodes = None if train_nodes is None else frozenset(train_nodes)
@@ -209,7 +209,7 @@ class PersonalizedFedAvg(ReplyAdmission, FedAvg):
             if problem := self.checked_problem(msg, current, seen, server_round):
                 node = msg.metadata.src_node_id
                 log(WARNING, "Dropping update of node %d: %s", node, problem)
-                if len(self.dropped) < MAX_DROPPED_RECORDED:
+                if len(self.dropped) < MAX_RECORDED:
                     self.dropped.append(f"round {server_round}: node {node}: {problem}")
             else:
                 used.append(msg)
@@ -230,6 +230,7 @@ class PersonalizedFedAvg(ReplyAdmission, FedAvg):
             for m in used
         ]
         records, clipped, ratio = clip_updates(records, current, self.clip_ratio)
+        cosines = self.name_suspects(server_round, used, weights, records, clipped, current)
         update = combine(
             weights, records, self.aggregation, self.trim_fraction, self.average_transform()
         )
@@ -241,7 +242,8 @@ class PersonalizedFedAvg(ReplyAdmission, FedAvg):
         }
         if extras:
             arrays = self.aggregate_extras(server_round, arrays, extras)
-        counts.update({"updates-clipped": clipped, "update-norm-ratio-max": ratio})
+        counts.update({"updates-clipped": len(clipped), "update-norm-ratio-max": ratio})
+        counts.update({"update-cosine-min": min(cosines)} if cosines else {})
         if problem := self.aggregate_problem(arrays):
             why = "round %d: the aggregate breaks an invariant (%s); it is not used"
             log(WARNING, why, server_round, problem)
@@ -291,14 +293,3 @@ class PersonalizedFedAvg(ReplyAdmission, FedAvg):
         return collect(
             replies, len(nodes), timeout, self.personalize_message_type, self.reported, caps
         )
-
-
-def merge_arrays(current: ArrayRecord | None, update: ArrayRecord | None) -> ArrayRecord | None:
-    """`update` with every key it lacks taken from `current` (keys kept local stay as they were)."""
-    if current is None:
-        return update
-    if update is None:
-        return None  # nothing aggregated: FedAvg.start keeps the current arrays
-    merged = {k: update[k] if k in update else v for k, v in current.items()}
-    merged.update({k: v for k, v in update.items() if k not in merged})
-    return ArrayRecord({k: Array(v.numpy()) for k, v in merged.items()})

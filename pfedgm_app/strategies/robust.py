@@ -26,12 +26,13 @@ Transforms = Mapping[str, tuple[Callable, Callable]]
 
 def clip_updates(
     records: list[dict[str, np.ndarray]], current: ArrayRecord | None, clip_ratio: float
-) -> tuple[list[dict[str, np.ndarray]], int, float]:
+) -> tuple[list[dict[str, np.ndarray]], list[int], float]:
     """(records with every update above `clip_ratio` x the median norm scaled down to it, the
-    number clipped, the largest norm / median ratio). Norms over the keys each record shares
-    with `current`; with fewer than 3 records, no median to stand for the round: unchanged."""
+    indices of those clipped, the largest norm / median ratio). Norms over the keys each
+    record shares with `current`; with fewer than 3 records, no median to stand for the
+    round: unchanged."""
     if current is None or len(records) < 3 or not clip_ratio:
-        return records, 0, 0.0
+        return records, [], 0.0
     sent = {k: v.numpy() for k, v in current.items()}
     norms = []
     for record in records:
@@ -39,15 +40,15 @@ def clip_updates(
         norms.append(float(np.sqrt(sum(squares))))
     median = float(np.median(norms))
     if median == 0:
-        return records, 0, 0.0
-    bound, clipped, out = clip_ratio * median, 0, []
-    for record, norm in zip(records, norms, strict=True):
+        return records, [], 0.0
+    bound, clipped, out = clip_ratio * median, [], []
+    for i, (record, norm) in enumerate(zip(records, norms, strict=True)):
         if norm > bound:
             scale = bound / norm
             record = {
                 k: (sent[k] + scale * (v - sent[k])).astype(v.dtype) for k, v in record.items()
             }
-            clipped += 1
+            clipped.append(i)
         out.append(record)
     return out, clipped, max(norms) / median
 
@@ -114,3 +115,14 @@ def weighted_mean(items: list[tuple[float, Mapping[str, Any]]]) -> dict[str, Any
             term = x * (weight / totals[key])
             means[key] = term if key not in means else means[key] + term
     return means
+
+
+def merge_arrays(current: ArrayRecord | None, update: ArrayRecord | None) -> ArrayRecord | None:
+    """`update` with every key it lacks taken from `current` (keys kept local stay as they were)."""
+    if current is None:
+        return update
+    if update is None:
+        return None  # nothing aggregated: FedAvg.start keeps the current arrays
+    merged = {k: update[k] if k in update else v for k, v in current.items()}
+    merged.update({k: v for k, v in update.items() if k not in merged})
+    return ArrayRecord({k: Array(v.numpy()) for k, v in merged.items()})
