@@ -18,6 +18,7 @@ from flwr.common import log
 
 from . import personal_model, wire
 from .node import (
+    DATA_PATH,
     MODEL_DIR,
     DataUnavailable,
     ModelDirUnavailable,
@@ -51,6 +52,7 @@ def query(msg: Message, context: Context) -> Message:
         wire.PARTITION_ID: pid,
         wire.NUM_PARTITIONS: num,
         wire.NUM_CLASSES_PRESENT: int(torch.unique(task.data.y_train).numel()),
+        wire.OWN_DATA: int(DATA_PATH in context.node_config),
         wire.NUM_CLASSES: task.data.num_classes,
         wire.IMAGE_SHAPE: list(task.data.x_train.shape[1:]),
         wire.DATA_SECONDS: seconds,

@@ -153,11 +153,13 @@ class RunConfig(Settings):
     num_server_rounds: int = at_least(0, 200, at_most=100_000, doc="Phase 1 rounds; 0 (with "
         "`initial-model` only): no training, the personalize round alone, on the SuperNodes "
         "connected now")
-    initial_model: str = setting("", doc="a finished run's `output-dir` (or its "
-        "`global_model.pt`, with its `config.json` beside it) to start from instead of a random "
-        "model; refused before any message when its method, classes, image shape or class count "
-        "differ from this run's. With `num-server-rounds=0`, devices that joined after training "
-        "get their personalized models without any client training again (deploy/README.md)")
+    initial_model: str = setting("", doc="a finished run's `output-dir` (or a copy by "
+        "`pfedgm-paper collect`, or its `global_model.safetensors` with its `config.json` beside "
+        "it) to start from instead of a random model; an earlier version's `global_model.pt`, a "
+        "pickle, is refused (`collect` converts it). Refused before any message when its method, "
+        "classes, image shape or class count differ from this run's. With `num-server-rounds=0`, "
+        "devices that joined after training get their personalized models without any client "
+        "training again (deploy/README.md)")
     fraction_train: float = above(0, 0.3, at_most=1,  # a share of the clients
         doc="participation rate q")
     local_epochs: int = at_least(1, 5, at_most=10_000,  # the paper: 5; 10^4 is a typo
@@ -232,6 +234,10 @@ class RunConfig(Settings):
     weight_ratio: float = above(0, 20.0, at_most=1e6, doc="a client counts at most this many "
         "times the median size the clients reported at query (its weight in the mean, its test "
         "size in the personalized mean)")
+    share_ratio: float = at_least(0, 2.0, at_most=1e6, doc="a client whose sizes the server "
+        "cannot compute itself (a device's own data, or a dataset the ServerApp cannot read) "
+        "counts at most this many times the round's typical client, in the mean and in the "
+        "personalized mean (0: no cap); a partition of the run's dataset counts its true size")
     # fmt: on
 
     def validate(self, run: RunConfig | None = None) -> None:
@@ -241,7 +247,7 @@ class RunConfig(Settings):
         if self.num_server_rounds == 0 and not self.initial_model:
             raise ConfigError(
                 "num-server-rounds=0 trains nothing: give initial-model (a finished run's "
-                "output-dir or its global_model.pt) to personalize it, or num-server-rounds >= 1"
+                "output-dir or its global model) to personalize it, or num-server-rounds >= 1"
             )
         parse_classes(self.classes)
         if self.corruption not in CORRUPTION_ASSIGNMENTS:

@@ -18,7 +18,13 @@ from flwr.serverapp import Grid
 from . import checkpoint, initial_model, wire
 from .config import ConfigError, RunConfig, Settings
 from .data import Protocol
-from .federation import model_input, node_partitions, query_new_nodes
+from .federation import (
+    known_sizes,
+    model_input,
+    node_partitions,
+    query_new_nodes,
+    use_known_sizes,
+)
 from .methods import ClientPlugin, Method
 from .results import RunWriter, accuracy_by_type, evaluation_row
 from .strategies import PersonalizationResult, PersonalizedFedAvg, summarize
@@ -50,7 +56,10 @@ def experiment(
 
     refresh = take_in_new_nodes if cfg.min_nodes else None
     evaluation = Evaluation(grid, cfg, protocol, partitions, refresh=refresh, left_out=left_out)
-    strategy = build_strategy(cfg, method, partitions, trained, reported=clients, settings=settings)
+    known = known_sizes(protocol, clients)  # the true sizes, where the server can compute them
+    differ = use_known_sizes(clients, known)
+    strategy = build_strategy(cfg, method, partitions, trained, clients, settings, set(known))
+    strategy.suspects.extend(differ)
     evaluation.strategy = strategy
     arrays = initial_arrays(cfg, method.plugin(settings), *model_input(clients))
     if initial is not None:
@@ -68,7 +77,7 @@ def experiment(
     arrays = rounds.run(arrays, done, evaluation.after_round(writer))
     writer.mark("trained")
     writer.save_weights(arrays)
-    writer.training_problems(strategy.dropped, rounds.failed)
+    writer.training_problems(strategy.dropped, rounds.failed, strategy.suspects)
 
     # Phase 2: personalized client adaptation and evaluation, on every evaluated client
     writer.finish(cfg, len(clients), *evaluation.run(arrays))
@@ -193,6 +202,8 @@ class Evaluation:
             extra = {}
             if every and server_round % every == 0 and server_round < last:
                 extra = evaluation_row(*self.run(arrays, server_round))
+            if suspects := self.strategy.round_suspects(server_round):
+                extra["suspects"] = suspects
             writer.on_round(server_round, arrays, metrics, **extra)
             checkpoint.save(writer.run_dir, server_round, arrays, self.strategy.state())
 
@@ -251,13 +262,16 @@ def build_strategy(
     train_nodes: list[int] | None = None,
     reported: dict[int, dict] | None = None,
     settings: Settings | None = None,
+    exact_sizes: set[int] | None = None,
 ) -> PersonalizedFedAvg:
     """The server side of `method`; every round waits for all clients to be connected (with
     `min-nodes` N: for N, ending the run when fewer stay connected for `node-wait-timeout`)
     and samples them (among `train_nodes`, default all) by partition id, so methods with the
     same seed see the same clients. `reported` (node id -> its query metrics, kept current as
-    nodes join) bounds what each reply may claim: its weight, its test size. `settings` (the
-    method's) add the strategy options they fix (`Settings.strategy_options`).
+    nodes join) bounds what each reply may claim: its weight, its test size; of the nodes in
+    `exact_sizes` the server computed those sizes, the others' count at most `share-ratio`
+    typical clients. `settings` (the method's) add the strategy options they fix
+    (`Settings.strategy_options`).
     """
     strategy = method.strategy(
         fraction_train=cfg.fraction_train,
@@ -269,7 +283,9 @@ def build_strategy(
         train_nodes=train_nodes,
         seed=cfg.seed,
         reported=reported,
+        exact_sizes=exact_sizes or (),
         weight_ratio=cfg.weight_ratio,
+        share_ratio=cfg.share_ratio,
         clip_ratio=cfg.clip_ratio,
         aggregation=cfg.aggregation,
         trim_fraction=cfg.trim_fraction,

@@ -13,6 +13,7 @@ from flwr.serverapp import Grid
 
 from . import wire
 from .config import ConfigError, RunConfig
+from .data import Protocol, client_split
 from .strategies.contract import query_reply_problem
 
 REASON_CHARS = 300  # at most this much of a failed ClientApp's error reason is reported
@@ -175,6 +176,44 @@ def _num_partitions(infos: dict[int, dict]) -> int | None:
     if len(counts) > 1:
         raise ConfigError(f"SuperNodes disagree on num-partitions: {sorted(counts)}")
     return counts.pop() if counts else None
+
+
+def known_sizes(protocol: Protocol, clients: dict[int, dict]) -> dict[int, dict[str, int]]:
+    """{node id: its train and test sizes} for each node that holds a partition of the run's
+    dataset (`own-data` 0), computed here from the dataset as the clients split it: in a
+    simulation, or a deployment whose ServerApp has the data, no node's claim is needed to weigh
+    it. {} where the ServerApp cannot read the dataset (its copy is on the devices only)."""
+    nodes = {n: int(i[wire.PARTITION_ID]) for n, i in clients.items() if not _own_data(i)}
+    if not nodes or not protocol.num_partitions:
+        return {}
+    try:
+        splits = {n: client_split(protocol, pid) for n, pid in nodes.items()}
+    except Exception as exc:  # noqa: BLE001 - any reason the data cannot be read here
+        why = " ".join(str(exc).split())[:REASON_CHARS]
+        log(INFO, "pFedGM app: the clients' sizes are bounded, not known here (%s)", why)
+        return {}
+    return {
+        n: {wire.NUM_EXAMPLES: len(tr), wire.NUM_TEST: len(te)} for n, (tr, te) in splits.items()
+    }
+
+
+def use_known_sizes(clients: dict[int, dict], known: dict[int, dict[str, int]]) -> list[str]:
+    """Replace the nodes' reported sizes by the `known` ones, in place; returns a line per node
+    whose report differed ("query: node n: ..."), for the run's suspects."""
+    differ = []
+    for node, sizes in known.items():
+        claimed = {k: clients[node].get(k) for k in sizes}
+        if claimed != sizes:
+            differ.append(f"query: node {node}: reported {claimed}, its partition holds {sizes}")
+        clients[node].update(sizes)
+    return differ
+
+
+def _own_data(info: dict) -> bool:
+    try:
+        return float(info.get(wire.OWN_DATA, 0)) != 0
+    except (TypeError, ValueError):
+        return True  # not a number: not a claim to hold a partition
 
 
 def node_partitions(clients: dict[int, dict]) -> dict[int, int]:

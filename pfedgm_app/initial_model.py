@@ -1,5 +1,11 @@
-"""A run that starts from a saved global model (`initial-model`): a finished run's output-dir,
-or its `global_model.pt` with the run's `config.json` beside it.
+"""A run's global model on disk, and a run that starts from it (`initial-model`).
+
+`save_state` writes a run's final global model as `global_model.safetensors` (no pickle; the
+state dict's key order in its metadata, as safetensors keeps tensors by name) and `load_state`
+reads it back. `initial-model` names a finished run's output-dir, a folder `pfedgm-paper
+collect` made of one, or that file, with the run's `config.json` beside it. Earlier versions
+wrote `global_model.pt`, a torch pickle: a file a user names is never unpickled, so it is
+refused, and `collect` converts a finished run's (the app's own output, tensors only).
 
 With `num-server-rounds=0` the run is the personalize round alone, on the SuperNodes connected
 now: a device that joined after training gets its personalized model (saved on it, as every
@@ -12,6 +18,8 @@ model the server builds from the clients' query replies, by name, shape and dtyp
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +30,10 @@ from flwr.app import ArrayRecord
 from .config import ConfigError, RunConfig
 from .data import run_classes
 from .run_folder import RunFolder
+
+# The metadata entry of a global model file holding its state dict's key order (JSON list):
+# safetensors keeps tensors by name, and a model's order is its modules'
+ORDER = "key-order"
 
 
 @dataclass(frozen=True)
@@ -41,13 +53,45 @@ class InitialModel:
         )
 
 
+def save_state(state: Mapping[str, torch.Tensor], path: Path) -> Path:
+    """`state` as safetensors at `path`: no pickle, each tensor contiguous (safetensors writes
+    no strided views), the key order in the metadata (`ORDER`); returns `path`."""
+    from safetensors.torch import save_file  # where used: server-side only, a lean import
+
+    tensors = {k: v.contiguous() for k, v in state.items()}
+    save_file(tensors, path, metadata={ORDER: json.dumps(list(tensors))})
+    return path
+
+
+def load_state(path: Path) -> dict[str, torch.Tensor]:
+    """A `save_state` file's tensors, on the cpu, in their saved order (names the metadata
+    does not list follow by name); safetensors' error when the file is not safetensors."""
+    from safetensors import safe_open  # where used, as save_state
+    from safetensors.torch import load_file
+
+    tensors = load_file(path, device="cpu")
+    with safe_open(path, framework="pt") as f:
+        order = json.loads((f.metadata() or {}).get(ORDER, "[]"))
+    return {k: tensors[k] for k in [*(k for k in order if k in tensors), *tensors]}
+
+
 def read(cfg: RunConfig) -> InitialModel:
     """The run's `initial-model`, or one ConfigError naming the file and what to do: a missing
-    or unreadable file, no `config.json` beside it, another method, other classes."""
+    or unreadable file, a legacy torch pickle, no `config.json` beside it, another method,
+    other classes."""
     given = Path(cfg.initial_model).expanduser()
-    model = RunFolder(given).global_model
+    folder = RunFolder(given)
+    model, legacy = folder.global_model, folder.legacy_global_model
+    if given.is_dir() and not model.is_file() and legacy.is_file():
+        given = legacy  # an earlier version's run: refused below, by its file
     path = model if given.is_dir() else given
     key = f"initial-model {cfg.initial_model!r}"
+    if path.suffix == ".pt" and path.is_file():  # never torch.load: a pickle can run code
+        raise ConfigError(
+            f"{key}: {path} is a torch pickle (earlier versions wrote {legacy.name}), which is "
+            f"not loaded; `pfedgm-paper collect --out <the results folder> --to <folder>` "
+            f"converts a finished run's model to {model.name}: give its folder under <folder>"
+        )
     if not path.is_file():
         raise ConfigError(
             f"{key}: no file {path}; give a finished run's output-dir or its {model.name}"
@@ -73,15 +117,11 @@ def read(cfg: RunConfig) -> InitialModel:
             f"this run's are {_shown(ours)}: give a run of the same classes (run-config "
             "dataset or classes)"
         )
-    try:  # tensors only: weights_only refuses anything else a pickle could hold
-        arrays = torch.load(path, map_location="cpu", weights_only=True)
+    try:  # safetensors: tensors only, nothing in the file is run
+        arrays = load_state(path)
     except Exception as exc:  # noqa: BLE001 (any unreadable file: one clear message)
-        why = str(exc).split(".")[0].strip()  # torch's messages run to many lines
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ConfigError(f"{key}: {path} is not a readable model ({why})") from None
-    if not isinstance(arrays, dict) or not all(
-        isinstance(v, torch.Tensor) for v in arrays.values()
-    ):
-        raise ConfigError(f"{key}: {path} holds no state dict of tensors")
     return InitialModel(path, arrays, config)
 
 

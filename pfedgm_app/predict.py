@@ -127,10 +127,11 @@ def model_file(path: Path) -> Path:
             f"{folder}: {len(found)} clients' models ({shown}); each device predicts with its "
             "own: give one of them"
         )
-    if path.suffix == ".pt":
+    run = RunFolder(path.parent)
+    if path.suffix == ".pt" or path.name == run.global_model.name:
         raise ModelFileError(
             f"{path}: the run's global model (Phase 1), not a device's personalized one; give "
-            f"{RunFolder(path.parent).models}/client-<id>{SUFFIX} (a client's model) instead"
+            f"{run.models}/client-<id>{SUFFIX} (a client's model) instead"
         )
     return path
 

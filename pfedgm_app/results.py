@@ -13,11 +13,10 @@ from logging import INFO, WARNING
 from pathlib import Path
 
 import flwr
-import torch
 from flwr.app import ArrayRecord, MetricRecord
 from flwr.common import log
 
-from . import checkpoint, wire
+from . import checkpoint, initial_model, wire
 from .config import ConfigError, RunConfig, Settings
 from .plots import EVAL_MEAN, EVAL_STD, dataset_label, plot_rounds
 from .run_folder import RunFolder
@@ -41,6 +40,7 @@ class RunWriter:
         self.earlier = 0.0  # wall seconds of the earlier sittings, up to their last checkpoint
         self.dropped: list[str] = []  # Phase 1's dropped replies ("round r: node n: why")
         self.rounds_without_update: dict[int, str] = {}  # round -> why nothing was aggregated
+        self.suspects: list[str] = []  # replies that moved a round beyond one client's worth
 
     @classmethod
     def create(cls, cfg: RunConfig, settings: Settings, started: float | None = None) -> RunWriter:
@@ -148,9 +148,9 @@ class RunWriter:
         self.times["round"] = time.time()
 
     def save_weights(self, arrays: ArrayRecord) -> Path:
-        path = self.folder.global_model
-        torch.save(arrays.to_torch_state_dict(), path)
-        return path
+        """The final global arrays as `global_model.safetensors` (`initial_model.save_state`:
+        safetensors' `save_file`, no pickle), which `initial-model` and the paper's t-SNE read."""
+        return initial_model.save_state(arrays.to_torch_state_dict(), self.folder.global_model)
 
     def write_clients(self, rows: list[dict[str, float]]) -> Path:
         """`clients.csv` from the personalize replies' rows (accuracies as fractions)."""
@@ -198,6 +198,7 @@ class RunWriter:
         if by_type:
             summary["accuracy-by-type"] = by_type
         summary["dropped-replies"] = self.dropped
+        summary["suspects"] = list(self.suspects)
         summary["rounds-without-update"] = {
             str(r): w for r, w in self.rounds_without_update.items()
         }
@@ -208,10 +209,14 @@ class RunWriter:
         log_summary(summary, outcome)
         return self.folder.read_summary()
 
-    def training_problems(self, dropped: list[str], rounds_without_update: dict[int, str]) -> None:
+    def training_problems(
+        self, dropped: list[str], rounds_without_update: dict[int, str], suspects: list[str]
+    ) -> None:
         """What `summary.json` reports of Phase 1: every reply dropped ("round r: node n:
-        why") and every round whose aggregate was not used, with why."""
+        why"), every round whose aggregate was not used, with why, and the strategy's
+        `suspects` (the list itself: the personalize round may still add to it)."""
         self.dropped, self.rounds_without_update = list(dropped), dict(rounds_without_update)
+        self.suspects = suspects
 
     def add_final_evaluation(self, last_round: int, row: dict) -> None:
         """Phase 2's outcome joins the last round's line of `rounds.jsonl`, so the file holds
@@ -287,3 +292,6 @@ def log_summary(summary: dict, outcome: PersonalizationResult) -> None:
     if outcome.failures:
         log(WARNING, "  %d client(s) failed: %s", len(outcome.failures), outcome.failures)
     log(INFO, "  outputs: %s", summary["output-dir"])
+    if suspects := summary.get("suspects"):  # last: a result moved by a client is not clean
+        why = "%d client record(s) moved it beyond one client's worth, summary.json 'suspects'"
+        log(WARNING, "  the result is suspect: " + why, len(suspects))

@@ -139,7 +139,14 @@ class RunFolder:
 
     @property
     def global_model(self) -> Path:
-        """The final global weights (torch state dict)."""
+        """The final global weights: a state dict as safetensors (no pickle), the key order in
+        its metadata (`initial_model.save_state`)."""
+        return self.path / "global_model.safetensors"
+
+    @property
+    def legacy_global_model(self) -> Path:
+        """Earlier versions' `global_model`, a torch pickle: only `pfedgm-paper collect` reads
+        it (tensors only), converting it; anything else refuses it."""
         return self.path / "global_model.pt"
 
     @property

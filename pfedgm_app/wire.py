@@ -40,6 +40,7 @@ ACCURACY = "accuracy"  # personalized test accuracy in [0, 1]
 PARTITION_ID = "partition-id"
 NUM_PARTITIONS = "num-partitions"
 NUM_CLASSES_PRESENT = "num-classes-present"
+OWN_DATA = "own-data"  # 1: the device's own samples, 0: a partition of the run's dataset
 NUM_CLASSES = "num-classes"  # the model's classes (the run's label set)
 IMAGE_SHAPE = "image-shape"  # [C, H, W] of the client's images: the server builds the model
 DATA_SECONDS = "seconds-data"  # seconds the message's ClientApp took to have its data ready

@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from devtools.deployment import start_deployment
 from devtools.launch import stop_local_superlink
 from pfedgm_app import diagnostics
 from pfedgm_app.data import Protocol, client_indices
+from pfedgm_app.initial_model import load_state
 from pfedgm_app.paper.flwr_cli import offline_env, run_app
 from pfedgm_app.run_folder import RunFolder
 
@@ -43,7 +43,7 @@ def _check_outputs(run, method, num_clients, rounds):
     clients = out.read_clients()
     assert sorted(c["partition-id"] for c in clients) == list(range(num_clients))
     assert all(0 <= c["accuracy"] <= 100 for c in clients)  # percent
-    weights = torch.load(out.global_model)
+    weights = load_state(out.global_model)
     assert "generator.features.0.weight" in weights
     assert "personalized test accuracy" in run.log  # the summary closes the log
     return summary
@@ -62,7 +62,7 @@ def test_learning_pfedgm_beats_fedavg_on_cifar10_dir01(flower_env, tmp_path, cif
     for row in folder.read_rounds():  # Phase 1's diagnostics, averaged over the round's clients
         assert all(math.isfinite(row[k]) for k in diagnostics.KEYS), row
         assert 0 <= row["grad-share-personalized"] <= 1 and row["loss-shared"] > 0, row
-    assert {"head.mu", "head.b", "head.A"} <= set(torch.load(folder.global_model))
+    assert {"head.mu", "head.b", "head.A"} <= set(load_state(folder.global_model))
     assert gm["mean-accuracy"] > 50, gm
     assert gm["mean-accuracy"] > avg["mean-accuracy"] + 10, (gm, avg)
     # The ablation points of the paper's adaptation table are reported alongside.
@@ -203,7 +203,7 @@ def test_64px_data_runs_pfedgm_end_to_end(flower_env, tmp_path, tinyimagenet):
     cfg = {**SMALL, "fraction-train": 1.0, "pool-size": 2000, "dirichlet-alpha": 0.1}
     run = _run(flower_env, tmp_path, tinyimagenet, 4, method="pfedgm", **cfg)
     _check_outputs(run, "pfedgm", 4, 2)
-    weights = torch.load(RunFolder(run.output_dir).global_model)
+    weights = load_state(RunFolder(run.output_dir).global_model)
     assert weights["head.mu"].shape == weights["head.A"].shape == (200, 512)
     assert weights["generator.features.11.weight"].shape == (512, 3136)
 
@@ -216,7 +216,7 @@ def test_cifar100s_preset_runs_pfedgm_with_corrupted_clients(flower_env, tmp_pat
     run = run_app({**cfg, "output-dir": str(tmp_path / "out")}, 4, flower_env, timeout=900)
     summary = _check_outputs(run, "pfedgm", 4, 2)
     assert summary["dataset"] == str(cifar100.resolve())  # shared:cifar100, found from the cwd
-    assert torch.load(RunFolder(run.output_dir).global_model)["head.mu"].shape == (100, 128)
+    assert load_state(RunFolder(run.output_dir).global_model)["head.mu"].shape == (100, 128)
     assert summary["accuracy-by-type"].keys() == {"motion_blur"}  # pairs 0 and 1: severities 1, 2
     assert summary["accuracy-by-type"]["motion_blur"]["clients"] == 4
 

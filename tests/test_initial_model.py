@@ -1,9 +1,13 @@
 """A run from a stored global model (`initial-model`): what cannot work is refused in one line
 before any message (the files, the stored run's method and classes) or, against the model the
 clients' data gives, before any train or personalize message; with `num-server-rounds=0` a run
-is the personalize round alone."""
+is the personalize round alone. The model is safetensors: a legacy torch pickle is refused,
+never loaded, and `pfedgm-paper collect` converts a finished run's."""
 
 from __future__ import annotations
+
+import pickle
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +15,10 @@ import torch
 from pfedgm_app import initial_model
 from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.experiment import initial_arrays
+from pfedgm_app.initial_model import load_state
 from pfedgm_app.methods import get_method, parse_run_config
+from pfedgm_app.paper import cli
+from pfedgm_app.results import RunWriter
 from pfedgm_app.run_folder import RunFolder
 from pfedgm_engine.inprocess import run_inprocess
 
@@ -19,12 +26,11 @@ MNIST, CIFAR = (1, 28, 28), (3, 32, 32)
 
 
 def _stored_run(folder, method="pfedgm", shape=MNIST, classes=10, **keys):
-    """A finished run's global_model.pt and config.json, as `results.RunWriter` writes them."""
+    """A finished run's global model and config.json, as `results.RunWriter` writes them."""
     cfg = RunConfig(method=method, dataset="ylecun/mnist", **keys)
     folder.mkdir(parents=True)
     stored = RunFolder(folder)
-    torch.save(dict(_arrays(cfg, shape, classes, seed=1).to_torch_state_dict()),
-               stored.global_model)  # fmt: skip
+    RunWriter(folder).save_weights(_arrays(cfg, shape, classes, seed=1))
     stored.write_config({**cfg.to_run_config(), "num-clients": 2})
     return folder
 
@@ -46,7 +52,7 @@ def test_the_stored_model_replaces_the_random_one_array_by_array(tmp_path):
         cfg = _cfg(initial_model=str(given), dataset="ylecun/mnist")
         initial = initial_model.read(cfg)
         arrays = initial_model.fit(initial, _arrays(cfg, MNIST, 10))
-        saved = torch.load(RunFolder(stored).global_model)
+        saved = load_state(RunFolder(stored).global_model)
         assert list(arrays) == list(saved)
         assert all(torch.equal(torch.from_numpy(arrays[k].numpy()), v) for k, v in saved.items())
 
@@ -56,7 +62,7 @@ def test_the_stored_model_replaces_the_random_one_array_by_array(tmp_path):
     [
         (lambda d: d, {}, "no file"),
         (lambda d: (_stored_run(d), RunFolder(d).config.unlink(), d)[-1], {},
-         "no readable config.json beside global_model.pt"),
+         "no readable config.json beside global_model.safetensors"),
         (lambda d: _stored_run(d), {"method": "fedavg"},
          "is a pfedgm model and this run's method is fedavg: set method='pfedgm'"),
         (lambda d: _stored_run(d), {"classes": "a,b,c,d,e,f,g,h,i,j"},
@@ -96,6 +102,97 @@ def test_no_rounds_need_an_initial_model():
         parse_run_config({"num-server-rounds": 0})
     with pytest.raises(ConfigError, match="num-server-rounds must be >= 0"):
         parse_run_config({"num-server-rounds": -1})
+
+
+def _finished(folder: Path, model: str) -> tuple[RunFolder, dict[str, torch.Tensor]]:
+    """A finished run's folder and the state dict of its global model, kept as safetensors
+    ("safetensors"), as an earlier version's torch pickle ("legacy"), or with a pickle of no
+    tensors in its place ("odd")."""
+    run = RunFolder(_stored_run(folder))
+    run.write_summary({"method": "pfedgm", "output-dir": str(folder)})
+    state = load_state(run.global_model)
+    if model != "safetensors":
+        run.global_model.unlink()
+        torch.save(state if model == "legacy" else {"epochs": 5}, run.legacy_global_model)
+    return run, state
+
+
+def test_collect_converts_a_legacy_model_and_copies_a_safetensors_one(tmp_path, capsys):
+    """Each finished run's model lands beside its records as safetensors: a legacy pickle's
+    tensors identical, in their order; a safetensors one as is; a pickle of no tensors is
+    left out with one line naming it, its records copied all the same."""
+    out, to = tmp_path / "out", tmp_path / "collected"
+    runs = {m: _finished(out / "mnist" / m / "seed0", m) for m in ("safetensors", "legacy", "odd")}
+    assert cli.main(["collect", "--out", str(out), "--to", str(to)]) == 0
+    kept = {m: RunFolder(to / "mnist" / m / "seed0") for m in runs}
+    (source, _), copy = runs["safetensors"], kept["safetensors"].global_model
+    assert copy.read_bytes() == source.global_model.read_bytes()
+    (source, state), converted = runs["legacy"], load_state(kept["legacy"].global_model)
+    assert list(converted) == list(state)
+    assert all(torch.equal(converted[k], v) for k, v in state.items())
+    assert not kept["legacy"].legacy_global_model.exists()  # no pickle travels
+    odd = kept["odd"]
+    assert odd.finished and odd.config.exists() and not odd.global_model.exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(runs["odd"][0].legacy_global_model) in err[0], err
+
+
+def test_collect_leaves_a_model_over_the_committed_size_in_the_runs_folder(
+    tmp_path, capsys, monkeypatch
+):
+    """A results folder is committed: a model over `MAX_KEPT_MODEL` is not copied into it
+    (one line names it); the run's own folder keeps it, and the records are copied."""
+    out, to = tmp_path / "out", tmp_path / "collected"
+    source, _ = _finished(out / "mnist" / "pfedgm" / "seed0", "safetensors")
+    monkeypatch.setattr(cli, "MAX_KEPT_MODEL", source.global_model.stat().st_size - 1)
+    assert cli.main(["collect", "--out", str(out), "--to", str(to)]) == 0
+    kept = RunFolder(to / "mnist" / "pfedgm" / "seed0")
+    assert kept.finished and not kept.global_model.exists() and source.global_model.exists()
+    assert "not collected" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("model", ["safetensors", "legacy"])
+def test_initial_model_starts_from_a_collected_run_as_saved(tmp_path, model):
+    """A collected folder (records with no absolute path, the converted or copied model) is an
+    initial-model: its arrays are the run's, array by array."""
+    out, to = tmp_path / "out", tmp_path / "collected"
+    _, state = _finished(out / "mnist" / "pfedgm" / "seed0", model)
+    assert cli.main(["collect", "--out", str(out), "--to", str(to)]) == 0
+    cfg = _cfg(initial_model=str(to / "mnist" / "pfedgm" / "seed0"), dataset="ylecun/mnist")
+    arrays = initial_model.fit(initial_model.read(cfg), _arrays(cfg, MNIST, 10))
+    assert list(arrays) == list(state)
+    assert all(torch.equal(torch.from_numpy(arrays[k].numpy()), v) for k, v in state.items())
+
+
+class _SideEffect:
+    """Unpickled, it creates `marker`: what a pickle can do beyond holding tensors."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.parametrize("named", ["the file", "its folder"])
+def test_a_legacy_pickle_is_refused_naming_collect_and_never_loaded(tmp_path, monkeypatch,
+                                                                    named):  # fmt: skip
+    run = RunFolder(_stored_run(tmp_path / "run"))
+    run.global_model.unlink()  # an earlier version's run: global_model.pt only
+    marker = tmp_path / "unpickled"
+    run.legacy_global_model.write_bytes(pickle.dumps(_SideEffect(marker)))
+    pickle.loads(run.legacy_global_model.read_bytes())  # the file does run code when unpickled
+    assert marker.exists()
+    marker.unlink()
+    loads: list = []
+    monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(a) or pytest.fail("loaded"))
+    given = run.legacy_global_model if named == "the file" else run.path
+    with pytest.raises(ConfigError) as err:
+        initial_model.read(_cfg(initial_model=str(given), dataset="ylecun/mnist"))
+    message = str(err.value)
+    assert "pfedgm-paper collect --out" in message and "\n" not in message, message
+    assert str(run.legacy_global_model) in message
+    assert loads == [] and not marker.exists()
 
 
 TINY = {"local-epochs": 1, "personal-epochs": 1, "lbfgs-cycles": 1, "pool-size": 600,

@@ -16,6 +16,7 @@ from flwr.common.constant import ErrorCode
 
 from pfedgm_app import client_app as pfedgm_client
 from pfedgm_app import wire
+from pfedgm_app.initial_model import load_state
 from pfedgm_app.methods import METHODS, run_config_keys
 from pfedgm_app.paper.flwr_cli import run_app
 from pfedgm_app.run_folder import RunFolder
@@ -37,7 +38,7 @@ def _clients(output_dir) -> list[dict]:
 
 
 def _same_weights(a: Path, b: Path) -> bool:
-    x, y = torch.load(RunFolder(a).global_model), torch.load(RunFolder(b).global_model)
+    x, y = load_state(RunFolder(a).global_model), load_state(RunFolder(b).global_model)
     return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 

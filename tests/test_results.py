@@ -110,7 +110,7 @@ def test_the_writer_writes_version_2_kebab_case_keys_and_accuracies_in_percent(t
     writer = RunWriter.create(cfg, NoSettings())
     writer.write_config(cfg, NoSettings(), 2)
     writer.on_round(1, ArrayRecord(), MetricRecord({"loss": 1.0}), **{"replies-dropped": 0})
-    writer.training_problems(["round 1: node 5: why"], {1: "no reply"})
+    writer.training_problems(["round 1: node 5: why"], {1: "no reply"}, [])
     writer.mark("rounds"), writer.mark("trained")
     rows = [{"partition-id": 1, "accuracy": 0.7, "acc-global": 0.5, "num-test": 30,
              "node-id": 2**60 + 1},

@@ -19,6 +19,7 @@ from flwr.app import Array, ArrayRecord
 from pfedgm_app import checkpoint
 from pfedgm_app.checkpoint import FolderLock
 from pfedgm_app.config import ConfigError, RunConfig
+from pfedgm_app.initial_model import load_state
 from pfedgm_app.methods import METHODS
 from pfedgm_app.methods.pfedgm import PFedGMSettings
 from pfedgm_app.paper.flwr_cli import run_app
@@ -50,8 +51,8 @@ def test_a_killed_run_resumes_to_the_uninterrupted_runs_arrays(tmp_path, mnist, 
     summary, grid = run_inprocess({**cfg, "output-dir": str(stopped), "resume": True}, 4)
     assert len(grid.rounds) == 2  # only rounds 3 and 4 ran again
     assert _rounds(stopped) == [1, 2, 3, 4] and summary["resumed-after-round"] == 2
-    a = torch.load(RunFolder(whole).global_model)
-    b = torch.load(RunFolder(stopped).global_model)
+    a = load_state(RunFolder(whole).global_model)
+    b = load_state(RunFolder(stopped).global_model)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert RunFolder(whole).clients.read_text() == RunFolder(stopped).clients.read_text()
 
@@ -146,7 +147,7 @@ def test_a_flwr_run_stopped_after_round_2_resumes_to_the_uninterrupted_runs_resu
     assert resumed.ok, f"{resumed.details}\n{resumed.log[-3000:]}"
     assert _rounds(stopped) == list(range(1, 31))
     assert 2 <= resumed.summary["resumed-after-round"] < 30
-    a, b = torch.load(RunFolder(whole).global_model), torch.load(RunFolder(stopped).global_model)
+    a, b = load_state(RunFolder(whole).global_model), load_state(RunFolder(stopped).global_model)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert _clients(whole) == _clients(stopped)
 

@@ -228,3 +228,41 @@ def test_honest_heterogeneous_updates_name_no_suspect():
     strategy = PersonalizedFedAvg(reported=reported)
     _, metrics = _aggregate(strategy, _arrays(w=np.zeros(2000)), replies)
     assert strategy.suspects == [] and metrics["update-cosine-min"] > 0
+
+
+def test_one_client_counts_at_most_share_ratio_typical_clients_unless_the_server_knows_its_size():
+    """share_capped: the largest cannot raise its own bound; 2 values compare to the smaller;
+    a size the server computed itself (exact) is used as it is."""
+    from pfedgm_app.strategies.admission import share_capped
+
+    assert share_capped([100, 100, 100, 1e9], [False] * 4, 2.0) == [100, 100, 100, 200]
+    assert share_capped([100, 1e9], [False, False], 2.0) == [100, 200]
+    assert share_capped([100, 100, 100, 1e9], [False, False, False, True], 2.0)[-1] == 1e9
+    assert share_capped([100, 1e9], [False, False], 0.0) == [100, 1e9]  # off
+    # two colluders of six: the reference is still a typical client's
+    assert share_capped([90, 100, 110, 120, 1e9, 1e9], [False] * 6, 2.0)[-2:] == [220, 220]
+
+
+def test_a_forged_size_moves_neither_the_average_nor_the_headline_beyond_its_share():
+    """One node of four claims (and reported) 20x the others: its update counts at most twice
+    a typical one in the average, its accuracy twice a typical test set in the headline; each
+    cap is named. A node whose size the server computed counts as it is."""
+    from pfedgm_app.strategies import summarize
+
+    current = _arrays(w=[0.0, 0.0])
+    replies = [_reply(i, _arrays(w=[1.0, 1.0]), 100) for i in (1, 2, 3)]
+    replies.append(_reply(4, _arrays(w=[-1.0, -1.0]), 2000))
+    reported = {i: {"num-examples": 2000 if i == 4 else 100, "num-test": 500} for i in range(1, 5)}
+    capped = PersonalizedFedAvg(reported=reported, share_ratio=2.0, clip_ratio=0.0)
+    arrays, _ = _aggregate(capped, current, replies)
+    np.testing.assert_allclose(arrays["w"].numpy(), [(300 - 200) / 500] * 2, rtol=1e-6)
+    assert any("node 4: weight 2000 capped at 200" in s for s in capped.suspects)
+    exact = PersonalizedFedAvg(reported=reported, share_ratio=2.0, exact_sizes={4}, clip_ratio=0)
+    arrays, _ = _aggregate(exact, current, replies)
+    np.testing.assert_allclose(arrays["w"].numpy(), [(300 - 2000) / 2300] * 2, rtol=1e-6)
+    assert not any("capped" in s for s in exact.suspects)
+    rows = [{"accuracy": 0.4, "num-test": 100, "node-id": i} for i in (1, 2, 3)]
+    rows.append({"accuracy": 0.0, "num-test": 1900, "node-id": 4})
+    headline = capped.share_headline(summarize(rows, []))
+    assert headline.mean_accuracy == pytest.approx(100 * 0.4 * 300 / 500)
+    assert capped.suspects[-1] == "personalize: node 4: test size 1900 counted as 200"

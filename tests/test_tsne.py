@@ -1,6 +1,6 @@
 """The paper's t-SNE figure (`pfedgm_app.paper.tsne`) from a run folder made by hand: the
-config.json and global_model.pt that `results.RunWriter` writes, for a small CIFAR-10 run on
-the real local data (pool-size keeps it small)."""
+config.json and global_model.safetensors that `results.RunWriter` writes, for a small CIFAR-10
+run on the real local data (pool-size keeps it small)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import time
 
 import numpy as np
 import pytest
-import torch
 from matplotlib.image import imread
 
 from pfedgm_app.config import ConfigError, RunConfig
 from pfedgm_app.data import Protocol, load_client_data
 from pfedgm_app.experiment import initial_arrays
 from pfedgm_app.methods import get_method
+from pfedgm_app.results import RunWriter
 from pfedgm_app.run_folder import RunFolder
 
 pytest.importorskip("sklearn", reason='the t-SNE figure needs pip install -e ".[paper]"')
@@ -33,7 +33,7 @@ def _run_folder(folder, cifar10, model=True):
     if model:
         plugin = get_method(cfg.method).plugin()
         arrays = initial_arrays(cfg, plugin, (3, 32, 32), 10)
-        torch.save(dict(arrays.to_torch_state_dict()), RunFolder(folder).global_model)
+        RunWriter(folder).save_weights(arrays)
     return folder, Protocol.of(cfg, NUM_CLIENTS)
 
 

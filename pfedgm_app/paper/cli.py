@@ -3,14 +3,15 @@
     pfedgm-paper list                                   # the tables, their cells and runs
     pfedgm-paper run standard --out /abs/paper --rounds 200 --seeds 0,1,2 --offline
     pfedgm-paper run objective,decoupling --out /abs/paper --columns cifar10s-dir05-100c
-    pfedgm-paper collect --out /abs/paper --to results/paper/runs   # the small files only
+    pfedgm-paper collect --out /abs/paper --to results/paper/runs   # records and models
     pfedgm-paper render --out results/paper/runs --to docs/results/rendered
     pfedgm-paper dynamics /abs/paper/cifar100-dir05/pfedgm/seed0 --to dynamics.png
 
 `run` runs each missing run (resumably: `runner`) and prints one progress line; `collect` copies
-what the renderings read of each finished run (no models, no checkpoints) to a folder that can
-be committed; `render` writes each table as Markdown and CSV (`render`) and the figures
-(`figures`) from what has finished.
+what the renderings read of each finished run and its final global model (safetensors, which a
+later Phase 2 study starts from: `initial-model`; no checkpoints) to a folder that can be
+committed; `render` writes each table as Markdown and CSV (`render`) and the figures (`figures`)
+from what has finished.
 """
 
 from __future__ import annotations
@@ -74,11 +75,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--app", type=Path, default=APP_DIR, help="the app's project folder")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     run.add_argument("--dry-run", action="store_true", help="list the runs and their state")
-    collect = sub.add_parser("collect", help="copy what renderings read of finished runs")
+    collect = sub.add_parser("collect", help="copy finished runs' records and global models")
     collect.add_argument("--out", type=Path, required=True, help="the results folder")
     collect.add_argument("--to", type=Path, required=True, help="where the copies go")
     tsne = sub.add_parser("tsne", help="the t-SNE figure of one finished run's folder")
-    tsne.add_argument("run_dir", type=Path, help="a run's output-dir (with global_model.pt)")
+    tsne.add_argument("run_dir", type=Path, help="a run's output-dir (with its global model)")
     tsne.add_argument("--to", type=Path, required=True, help="the PNG to write")
     dynamics = sub.add_parser("dynamics", help="Phase 1's diagnostics of a pFedGM run per round")
     dynamics.add_argument(
@@ -172,31 +173,68 @@ def _run(args) -> int:
     return 1 if failures else 0
 
 
-def copy_results(source: RunFolder, to: Path, run_name: str | None = None) -> None:
-    """What the tables and figures read of a finished run (summary, clients, rounds, config),
-    copied into `to`: small files, no models or checkpoint, and no absolute path of this
-    machine (`records.rewrite`: the output folder becomes `run_name`, default `to`'s name)."""
+MAX_KEPT_MODEL = 1 << 20  # a collected model is committed beside its records: small ones only
+
+
+def copy_results(source: RunFolder, to: Path, run_name: str | None = None) -> bool:
+    """What the tables and figures read of a finished run (summary, clients, rounds, config)
+    and its final global model, copied into `to` with no absolute path of this machine
+    (`records.rewrite`: the output folder becomes `run_name`, default `to`'s name); no
+    checkpoint. The model, safetensors, lets a later study start from `to` (`initial-model`,
+    `num-server-rounds=0`): an earlier version's `global_model.pt` is converted
+    (`convert_legacy`); one over `MAX_KEPT_MODEL` (TinyImageNet's CNN) stays in the run's own
+    folder only. Returns whether `to` holds the model."""
     import shutil
 
     from .records import rewrite
 
     to.mkdir(parents=True, exist_ok=True)
-    for path in (source.summary, source.clients, source.rounds, source.config):
+    kept = RunFolder(to)
+    for path in (source.summary, source.clients, source.rounds, source.config, source.global_model):
         if path.exists():
             shutil.copy2(path, to / path.name)
-    rewrite(RunFolder(to), run_name or to.name)
+    if not source.global_model.exists() and source.legacy_global_model.exists():
+        convert_legacy(source.legacy_global_model, kept.global_model)
+    if kept.global_model.exists() and kept.global_model.stat().st_size > MAX_KEPT_MODEL:
+        kept.global_model.unlink()  # a results folder is committed: the run's own copy stays
+        print(f"{source.global_model}: over {MAX_KEPT_MODEL >> 20} MiB, not collected")
+    rewrite(kept, run_name or to.name)
+    return kept.global_model.exists()
+
+
+def convert_legacy(pt: Path, to: Path) -> bool:
+    """An earlier version's `global_model.pt` (the app's own output on this machine, unpickled
+    as tensors only: `weights_only`) saved as safetensors at `to`; else False, with one line
+    naming the file (the run's records are copied all the same)."""
+    import torch
+
+    from ..initial_model import save_state
+
+    try:
+        state = torch.load(pt, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+        ):
+            raise ValueError("not a state dict of tensors")
+        save_state(state, to)
+    except Exception as exc:  # noqa: BLE001 (whatever the file holds: one line, the next run)
+        to.unlink(missing_ok=True)
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"{pt}: model not collected ({why})", file=sys.stderr)
+        return False
+    return True
 
 
 def _collect(args) -> int:
     if not args.out.is_dir():
         raise ValueError(f"--out {args.out}: no such folder")
-    count = 0
+    count = models = 0
     for folder in map(RunFolder, sorted(args.out.glob("*/*/seed*"))):
         if folder.finished:
             name = folder.path.relative_to(args.out)
-            copy_results(folder, args.to / name, str(name))
+            models += copy_results(folder, args.to / name, str(name))
             count += 1
-    print(f"{count} finished runs copied to {args.to}")
+    print(f"{count} finished runs copied to {args.to}, {models} with their global model")
     return 0
 
 

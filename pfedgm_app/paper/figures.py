@@ -91,7 +91,7 @@ def _save(fig, path: Path) -> Path:
 
 def tsne(out: Path, path: Path) -> Path | None:
     """The paper's t-SNE (CIFAR-10S Dir(0.5), 100 corrupted clients, pFedGM) from the first
-    seed whose folder kept its global model (`collect` copies no models)."""
+    seed whose folder holds its global model (a finished run's, or one `collect` copied)."""
     for folder in seed_folders(out, TSNE_COLUMN, TSNE_RUN).values():
         if RunFolder(folder).global_model.exists():
             from .tsne import tsne_figure

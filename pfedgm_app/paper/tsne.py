@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from ..config import ConfigError
 from ..data import Protocol, load_client_data, run_classes
+from ..initial_model import load_state
 from ..methods import get_method, parse_run_config, run_config_keys
 from ..plots import dataset_label
 from ..run_folder import RunFolder
@@ -34,12 +35,14 @@ def _json(read: Callable[[], dict[str, Any]], path: Path) -> dict[str, Any]:
 
 def _run(run_dir: Path) -> tuple[Any, Any, Protocol]:
     """(common settings, the method's settings, the clients' protocol) of a run folder; its
-    global_model.pt is checked first, so a folder without one fails before any data loads."""
+    global model is checked first, so a folder without one fails before any data loads."""
     run_dir = Path(run_dir)
     folder = RunFolder(run_dir)
     if not folder.global_model.is_file():
+        legacy = folder.legacy_global_model
         raise ConfigError(
             f"no {folder.global_model.name} in {run_dir}: give a finished run's output-dir"
+            + (f" (`pfedgm-paper collect` converts its {legacy.name})" if legacy.is_file() else "")
         )
     config = _json(folder.read_config, folder.config)
     keys = {k: v for k, v in config.items() if k in run_config_keys()}  # less num-clients, ...
@@ -68,13 +71,12 @@ def representations(
             shape = tuple(data.x_train.shape[1:])
             model = get_method(cfg.method).plugin(settings).build_model(shape, data.num_classes)
             folder = RunFolder(Path(run_dir))
-            arrays = torch.load(folder.global_model, map_location="cpu", weights_only=True)
-            try:
-                model.load_state_dict(arrays)
-            except RuntimeError:  # torch's message runs to many lines
+            try:  # safetensors: tensors only; torch's messages run to many lines
+                model.load_state_dict(load_state(folder.global_model))
+            except Exception:  # noqa: BLE001 (not safetensors, or another model's arrays)
                 raise ConfigError(
-                    f"{folder.global_model.name} in {run_dir} is not its "
-                    f"{folder.config.name}'s model"
+                    f"{folder.global_model.name} in {run_dir} is not a safetensors file of "
+                    f"its {folder.config.name}'s model"
                 ) from None
             generator = model.generator.eval()
         x, y = (data.x_train, data.y_train) if split == "train" else (data.x_test, data.y_test)

@@ -2,8 +2,9 @@
 `PersonalizedFedAvg` against what the server knows (docs/robustness.md). flwr + numpy only.
 
 `ReplyAdmission` is a mixin of the strategy; it reads the strategy's `reported` (node id ->
-its query metrics), `weight_ratio`, `sampled` (round -> the nodes sent to), `weighted_by_key`
-and `arrayrecord_key`.
+its query metrics), `exact_sizes` (the nodes whose reported sizes the server computed itself),
+`weight_ratio`, `share_ratio`, `sampled` (round -> the nodes sent to), `weighted_by_key` and
+`arrayrecord_key`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,19 @@ from flwr.app import ArrayRecord, Message, RecordDict
 
 from .. import wire
 from .contract import MAX_SAMPLES, record_bytes, train_reply_problem
+from .personalization_result import PersonalizationResult, summarize
+
+
+def share_capped(values: list[float], exact: list[bool], ratio: float) -> list[float]:
+    """`values` (a round's weights or test sizes), each not `exact` at most `ratio` times the
+    median of the values less the largest: one client of a round counts at most `ratio`
+    typical clients' worth, whatever it claims. The largest is left out of the reference so
+    that it cannot raise its own bound (with two values, the smaller is the reference); with
+    one value, or `ratio` 0, nothing is capped."""
+    if not ratio or len(values) < 2:
+        return list(values)
+    bound = ratio * float(np.median(sorted(values)[:-1]))
+    return [v if known else min(v, bound) for v, known in zip(values, exact, strict=True)]
 
 
 def model_bytes(arrays: ArrayRecord) -> int:
@@ -85,6 +99,31 @@ class ReplyAdmission:
     def _claim(self, msg: Message) -> float:
         """The weight a train reply claims (`weighted_by_key`)."""
         return float(next(iter(msg.content.metric_records.values()))[self.weighted_by_key])
+
+    def round_weights(self, used: list[Message]) -> list[float]:
+        """The weights of a round's used replies: each `_weight`, and for a node whose sizes
+        the server did not compute itself (not in `exact_sizes`), at most `share_ratio` times
+        the round's typical weight (`share_capped`)."""
+        exact = [m.metadata.src_node_id in self.exact_sizes for m in used]
+        return share_capped([self._weight(m) for m in used], exact, self.share_ratio)
+
+    def share_headline(self, result: PersonalizationResult) -> PersonalizationResult:
+        """`result` with each test size of a node not in `exact_sizes` at most `share_ratio`
+        times the typical one (`share_capped`), the headline recomputed; each cap named in
+        `suspects` ("personalize: node n: ...")."""
+        rows = result.clients
+        sizes = [float(r[wire.NUM_TEST]) for r in rows]
+        exact = [int(r["node-id"]) in self.exact_sizes for r in rows]
+        capped = share_capped(sizes, exact, self.share_ratio)
+        if capped == sizes:
+            return result
+        rows = [{**r, wire.NUM_TEST: c} for r, c in zip(rows, capped, strict=True)]
+        for row, size, counted in zip(rows, sizes, capped, strict=True):
+            if counted < size:
+                self.suspects.append(
+                    f"personalize: node {row['node-id']}: test size {size:g} counted as {counted:g}"
+                )
+        return summarize(rows, result.failures)
 
     def _weight(self, msg: Message) -> float:
         """A reply's weight: its claim, at most its node's `weight_bound`."""

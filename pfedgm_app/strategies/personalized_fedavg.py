@@ -51,18 +51,20 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
       `node_partitions` (node id -> its partition id, or any stable client index), runs of
       different methods with the same seed train the same clients in the same rounds; with
       `train_nodes`, only those nodes are ever sampled.
-    - With `reported` (node id -> the metrics it answered at `query`, e.g. `num-examples` and
-      `num-test`), no reply may claim a weight or a test size above what its node reported.
     - Non-model arrays travel in a second ArrayRecord, `wire.EXTRAS`: a reply's extras (client
       statistics) are taken out before averaging and handed to `aggregate_extras`; the server
       adds `extras_for(node_id)` (global statistics, a client's own head) to each message.
       Both hooks do nothing here; FedPAC and pFedFDA override them.
     - `state()` / `load_state(state)`: what a checkpoint needs to continue the rounds.
     - What the server knows bounds what a client claims (docs/robustness.md): one reply per
-      sampled node and round; a weight at most `weight_ratio` times the median of the
-      reported sizes (`weight_bound`); the metrics of `metric_keys` only; replies at most
+      sampled node and round; a weight (or test size) at most its node's `reported` one
+      (node id -> its `query` metrics), `weight_ratio` times the median of the
+      reported sizes (`weight_bound`), and unless the server computed the node's sizes
+      (`exact_sizes`), at most `share_ratio` times the round's typical weight, in the average
+      and the headline (`share_capped`); the metrics of `metric_keys` only; replies at most
       twice the model's bytes; updates norm-clipped at `clip_ratio` times the round's median
-      and combined by `aggregation` (`robust`). `dropped` lists every reply dropped.
+      and combined by `aggregation` (`robust`). `dropped` lists the replies dropped,
+      `suspects` those used that moved a round more than one client's worth.
 
     Run it with Flower's `start`, or call `configure_train` / `aggregate_train` with the true
     round numbers from a loop of your own (the app's ServerApp does, to checkpoint and
@@ -79,7 +81,9 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         seed: int = 0,
         node_wait_timeout: float | None = None,
         reported: Mapping[int, Mapping[str, float]] | None = None,
+        exact_sizes: Collection[int] = (),
         weight_ratio: float = 20.0,
+        share_ratio: float = 0.0,
         metric_keys: Collection[str] | None = None,
         clip_ratio: float = 10.0,
         aggregation: str = "mean",
@@ -90,7 +94,8 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         if aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
         self.reported = reported  # node id -> its query metrics: the bounds of its weights
-        self.weight_ratio = weight_ratio
+        self.exact_sizes = frozenset(exact_sizes)  # nodes whose `reported` the server computed
+        self.weight_ratio, self.share_ratio = weight_ratio, share_ratio
         self.metric_keys = frozenset(
             self.default_metric_keys if metric_keys is None else metric_keys
         )
@@ -224,7 +229,7 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         used.sort(
             key=lambda m: (partitions.get(m.metadata.src_node_id, -1), m.metadata.src_node_id)
         )
-        weights = [self._weight(m) for m in used]
+        weights = self.round_weights(used)
         records = [
             {k: v.numpy() for k, v in m.content.array_records[self.arrayrecord_key].items()}
             for m in used
@@ -257,11 +262,6 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
             totals[key + "-total"] = sum(m.get(key, 0.0) for m in metrics)
         return arrays, MetricRecord({**means, **totals, **counts})
 
-    def round_problem(self, server_round: int) -> str | None:
-        """Why the aggregate of `server_round` was not used (an invariant broken), or None."""
-        prefix = f"round {server_round}: the aggregate: "
-        return next((d[len(prefix) :] for d in self.dropped if d.startswith(prefix)), None)
-
     def average_transform(self) -> dict[str, tuple[Callable, Callable]]:
         """{key: (to, back)}: arrays of `key` are averaged as to(x) and the mean mapped back by
         back(), e.g. precisions averaged as covariances (none here: every array as sent)."""
@@ -290,6 +290,7 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         messages = self.messages(content, nodes, self.personalize_message_type)
         replies = grid.send_and_receive(messages, timeout=timeout)
         caps = {n: self.weight_bound(n, wire.NUM_TEST) for n in nodes}
-        return collect(
+        result = collect(
             replies, len(nodes), timeout, self.personalize_message_type, self.reported, caps
         )
+        return self.share_headline(result)

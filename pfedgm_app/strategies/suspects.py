@@ -52,8 +52,9 @@ def opposition(updates: np.ndarray) -> list[float]:
 
 
 class SuspectNaming:
-    """The strategy's hook that names suspects (a mixin of `PersonalizedFedAvg`: it reads the
-    strategy's `suspects` list and `_claim`)."""
+    """What a round's records say of it: the replies that moved it (`suspects`), why its
+    aggregate was not used (`round_problem`). A mixin of `PersonalizedFedAvg`: it reads the
+    strategy's `suspects` and `dropped` lists and `_claim`."""
 
     def name_suspects(
         self,
@@ -85,3 +86,8 @@ class SuspectNaming:
     def round_suspects(self, server_round: int) -> list[str]:
         """The `suspects` entries of `server_round`."""
         return [s for s in self.suspects if s.startswith(f"round {server_round}: ")]
+
+    def round_problem(self, server_round: int) -> str | None:
+        """Why the aggregate of `server_round` was not used (an invariant broken), or None."""
+        prefix = f"round {server_round}: the aggregate: "
+        return next((d[len(prefix) :] for d in self.dropped if d.startswith(prefix)), None)
