@@ -208,18 +208,19 @@ class RunConfig(Settings):
     round_timeout: float = above(0, 3600.0, at_most=1e7,
         doc="seconds to wait for the replies of one round")
     messages_in_flight: int = at_least(-1, 0, at_most=10**6, doc="N > 0: at most N messages "
-        "unanswered at a time, the next pushed as replies arrive (`strategies.WindowedGrid`); 0: "
-        "all of a round at once; -1: auto (twice the cores in a simulation, 0 in a deployment). "
-        "Results are the same either way")
+        "unanswered at a time (`strategies.WindowedGrid`); 0: all of a round at once; -1: auto "
+        "(twice the cores in a simulation, 0 in a deployment). The results are the same")
     resume: bool = setting(False, doc="`true`: continue the stopped run in `output-dir` from "
         "its last `checkpoint.pt` (docs/outputs.md)")
     min_nodes: int = at_least(0, 0, at_most=10**6,  # far beyond any federation
         doc="0: every partition's SuperNode must answer before round 1; N > 0 (devices that "
         "come and go): start once N answered, take in later ones, leave out of a round a node "
         "that fails in it (deploy/README.md)")
-    client_state_dir: str = setting("", doc="a folder where each client also keeps the arrays "
-        "its method keeps between rounds, so that stateful methods resume exactly; empty: "
-        "SuperNode memory only")
+    quorum: float = above(0, 0.5, at_most=1.0, doc="min-nodes=0: start when this share of "
+        "num-partitions can take part, the others (data missing, a malformed reply) left out "
+        "and named in summary.json; 1: every partition's node must")
+    client_state_dir: str = setting("", doc="a folder where each client also keeps its method's "
+        "arrays between rounds (stateful methods resume exactly); empty: SuperNode memory only")
     output_dir: str = setting("", doc="where outputs go (an absolute path); empty: "
         "`outputs/<time>-<method>` in the managed SuperLink's directory")
     # what the server trusts of a reply (docs/robustness.md, strategies/robust.py)
@@ -235,9 +236,8 @@ class RunConfig(Settings):
         "times the median size the clients reported at query (its weight in the mean, its test "
         "size in the personalized mean)")
     share_ratio: float = at_least(0, 2.0, at_most=1e6, doc="a client whose sizes the server "
-        "cannot compute itself (a device's own data, or a dataset the ServerApp cannot read) "
-        "counts at most this many times the round's typical client, in the mean and in the "
-        "personalized mean (0: no cap); a partition of the run's dataset counts its true size")
+        "cannot compute (its own data, or data the ServerApp cannot read) counts at most this "
+        "many typical clients in the means (0: no cap); a partition counts its true size")
     # fmt: on
 
     def validate(self, run: RunConfig | None = None) -> None:
@@ -250,22 +250,19 @@ class RunConfig(Settings):
                 "output-dir or its global model) to personalize it, or num-server-rounds >= 1"
             )
         parse_classes(self.classes)
-        if self.corruption not in CORRUPTION_ASSIGNMENTS:
-            raise ConfigError(
-                f"corruption must be one of {CORRUPTION_ASSIGNMENTS}, got {self.corruption!r}"
-            )
-        if self.protocol not in PROTOCOLS:
-            raise ConfigError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        for key, value, choices in (
+            ("corruption", self.corruption, CORRUPTION_ASSIGNMENTS),
+            ("protocol", self.protocol, PROTOCOLS),
+            ("aggregation", self.aggregation, AGGREGATIONS),
+        ):
+            if value not in choices:
+                raise ConfigError(f"{key} must be one of {choices}, got {value!r}")
         if self.min_nodes and self.protocol != "standard":
             raise ConfigError("min-nodes (a changing federation) needs protocol='standard'")
         if self.protocol == "generalization" and self.corruption != "none":
             raise ConfigError(
                 "protocol='generalization' corrupts the second half of the clients itself; "
                 f"leave corruption='none' (got {self.corruption!r})"
-            )
-        if self.aggregation not in AGGREGATIONS:
-            raise ConfigError(
-                f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}"
             )
         if not (self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")

@@ -4,6 +4,7 @@ partition and data sizes (`query` messages), and refuses a federation that canno
 
 from __future__ import annotations
 
+import math
 import time
 from logging import INFO, WARNING
 
@@ -23,17 +24,19 @@ CAUSES = {"data": "could not load its data", "model-dir": "cannot save its perso
 def discover_clients(
     grid: Grid, cfg: RunConfig, failed: dict[int, str] | None = None
 ) -> dict[int, dict]:
-    """Query every SuperNode for its partition; wait until `num-partitions` of them answered
+    """Query every SuperNode for its partition; wait until each of `num-partitions` answered
     (with `min-nodes` N > 0: until N answered, a deployment whose devices come and go).
     Returns {node id: its query metrics}.
 
     A query's reply may take long (a client decodes its data first; on a loaded machine 100 of
     them take minutes), so each query waits up to `round-timeout`, and `node-wait-timeout`
-    counts only the time in which no new SuperNode answers. Raises ConfigError when fewer
-    SuperNodes than needed answer by then, when they disagree on `num-partitions`, or share
-    a `partition-id`. A node that cannot take part (its data missing, unreadable, of labels
-    outside the run's classes: `query_new_nodes`) ends the run, or with `min-nodes` is left
-    out and recorded in `failed` ({node id: why}).
+    counts only the time in which no new SuperNode answers. A node that cannot take part (its
+    data missing or unreadable, labels outside the run's classes, a malformed reply, its
+    ClientApp failed: `query_new_nodes`) is left out and recorded in `failed` ({node id: why});
+    the run starts once every node answered if at least `quorum` of `num-partitions` can take
+    part (with `min-nodes`: once N can). Raises ConfigError, naming the first node that cannot
+    take part and why, when fewer can; when fewer SuperNodes than needed answer by the wait's
+    end; when they disagree on `num-partitions` or share a `partition-id`.
     """
     failed = {} if failed is None else failed
     deadline = time.time() + cfg.node_wait_timeout
@@ -48,8 +51,14 @@ def discover_clients(
                 "min-nodes=N (start once N answered), or give each node num-partitions and its "
                 "partition-id 0..num-partitions-1"
             )
-        needed = cfg.min_nodes or expected
-        if needed is not None and len(infos) >= needed:
+        if cfg.min_nodes and len(infos) >= cfg.min_nodes:
+            break
+        answered = set(infos) | set(failed)
+        if not cfg.min_nodes and failed and answered >= set(grid.get_node_ids()):
+            if not infos or len(answered) >= (expected or 0):  # no node left to wait for
+                _check_quorum(cfg, infos, failed, expected or len(answered))
+                break
+        if not cfg.min_nodes and expected is not None and len(infos) >= expected:
             break
         if time.time() > deadline:
             left_out = "".join(f"; left out: node {n}: {why}" for n, why in failed.items())
@@ -61,7 +70,7 @@ def discover_clients(
             )
         time.sleep(1)
     ids = sorted(int(i[wire.PARTITION_ID]) for i in infos.values())
-    if not cfg.min_nodes and ids != list(range(expected)):
+    if not cfg.min_nodes and not set(ids) <= set(range(expected)):
         raise ConfigError(f"SuperNodes must hold partition-ids 0..{expected - 1}, got {ids}")
     sizes = sorted(int(i[wire.NUM_EXAMPLES]) for i in infos.values())
     tests = sum(int(i[wire.NUM_TEST]) for i in infos.values())
@@ -80,6 +89,18 @@ def discover_clients(
     return infos
 
 
+def _check_quorum(cfg: RunConfig, infos: dict, failed: dict[int, str], expected: int) -> None:
+    """ConfigError naming the first node left out and why, unless `quorum` of the `expected`
+    partitions can take part."""
+    if len(infos) >= math.ceil(cfg.quorum * expected):
+        return
+    node = min(failed)
+    more = (
+        f" ({len(failed)} of {expected} cannot; quorum={cfg.quorum:g})" if len(failed) > 1 else ""
+    )
+    raise ConfigError(f"SuperNode {node} cannot take part: {failed[node]}{more}")
+
+
 def query_new_nodes(
     grid: Grid, cfg: RunConfig, infos: dict[int, dict], failed: dict[int, str] | None = None
 ) -> list[int]:
@@ -88,9 +109,9 @@ def query_new_nodes(
     one model input: image shape and classes); returns the nodes added.
 
     A node that cannot take part (`unavailable`: its data cannot be loaded, e.g. missing or
-    with labels outside the run's classes, or its ClientApp failed) or whose data gives another
-    model input ends the run with one ConfigError naming the node and the cause, unless
-    `min-nodes` is set: then it is logged, recorded in `failed` and never asked again.
+    with labels outside the run's classes, or its ClientApp failed), whose reply is malformed
+    or whose data gives another model input is logged, recorded in `failed` and never asked
+    again (`discover_clients` decides whether the run can go on without it).
     """
     failed = {} if failed is None else failed
     new = [n for n in grid.get_node_ids() if n not in infos and n not in failed]
@@ -100,8 +121,6 @@ def query_new_nodes(
         node = reply.metadata.src_node_id
         info, problem = _read_query(reply, infos)
         if problem:
-            if not cfg.min_nodes:
-                raise ConfigError(f"SuperNode {node} cannot take part: {problem}")
             log(WARNING, "pFedGM app: SuperNode %d left out: %s", node, problem)
             failed[node] = problem
             continue

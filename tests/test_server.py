@@ -16,10 +16,14 @@ pytestmark = pytest.mark.usefixtures("task_identity")  # Messages need a run ide
 class FakeGrid:
     """Answers like SuperNodes would: `query` with the node's partition, `train.personalize`
     with an accuracy; nodes in `failing` reply with an error (a ClientApp that raised), nodes
-    in `no_data` answer `query` with the reason their data cannot be loaded."""
+    in `no_data` answer `query` with the reason their data cannot be loaded, nodes in
+    `malformed` with a query reply whose sizes are not numbers."""
 
-    def __init__(self, partitions: dict[int, tuple[int, int]], failing=(), no_data=()):
+    def __init__(
+        self, partitions: dict[int, tuple[int, int]], failing=(), no_data=(), malformed=()
+    ):
         self.partitions, self.failing, self.no_data = partitions, set(failing), set(no_data)
+        self.malformed = set(malformed)
         self.sent = []
 
     def get_node_ids(self):
@@ -42,6 +46,8 @@ class FakeGrid:
                        "num-test": 10 + pid, "accuracy": 0.5 + 0.1 * pid}  # fmt: skip
             if msg.metadata.message_type == "query":  # what the model is built from
                 metrics |= {"num-classes": 10, "image-shape": [3, 32, 32]}
+                if node in self.malformed:
+                    metrics["num-examples"] = -1
             replies.append(Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg))
         return replies
 
@@ -69,8 +75,8 @@ def test_a_node_that_cannot_take_part_is_named_with_its_cause_in_one_line():
     """Its data cannot be loaded (its ClientApp answers why), or its ClientApp failed (an error
     reply: Flower's code and reason, on one line)."""
     grid = FakeGrid({1: (0, 2), 2: (1, 2)}, no_data=[2])
-    with pytest.raises(ConfigError) as err:
-        discover_clients(grid, RunConfig(node_wait_timeout=0.5))
+    with pytest.raises(ConfigError) as err:  # quorum 1: every partition's node must
+        discover_clients(grid, RunConfig(node_wait_timeout=0.5, quorum=1.0))
     assert str(err.value) == ("SuperNode 2 cannot take part: could not load its data: "
                               "data-path '/x' does not exist on this device")  # fmt: skip
     with pytest.raises(ConfigError) as err:
@@ -79,6 +85,20 @@ def test_a_node_that_cannot_take_part_is_named_with_its_cause_in_one_line():
         str(err.value)
         == "SuperNode 1 cannot take part: its ClientApp failed (Flower error code 1): boom"
     )
+
+
+def test_a_node_that_cannot_take_part_is_left_out_while_a_quorum_can():
+    """Default quorum 0.5: of four partitions, one node whose data is missing and one whose
+    query reply is malformed are left out and recorded; with three of four gone the run
+    cannot start, and the line names the first node and the count."""
+    grid = FakeGrid({1: (0, 4), 2: (1, 4), 3: (2, 4), 4: (3, 4)}, no_data=[2], malformed=[4])
+    failed = {}
+    infos = discover_clients(grid, RunConfig(node_wait_timeout=0.5), failed)
+    assert sorted(infos) == [1, 3] and sorted(failed) == [2, 4]
+    assert "could not load its data" in failed[2] and "must be" in failed[4]
+    grid = FakeGrid({1: (0, 4), 2: (1, 4), 3: (2, 4), 4: (3, 4)}, no_data=[2, 3], malformed=[4])
+    with pytest.raises(ConfigError, match=r"SuperNode 2 cannot take part: .* \(3 of 4 cannot"):
+        discover_clients(grid, RunConfig(node_wait_timeout=0.5))
 
 
 def test_sampling_by_partition_is_the_same_whatever_the_node_ids():

@@ -235,7 +235,7 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
             for m in used
         ]
         records, clipped, ratio = clip_updates(records, current, self.clip_ratio)
-        cosines = self.name_suspects(server_round, used, weights, records, clipped, current)
+        pulled = self.name_suspects(server_round, used, weights, records, clipped, current)
         update = combine(
             weights, records, self.aggregation, self.trim_fraction, self.average_transform()
         )
@@ -248,7 +248,7 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         if extras:
             arrays = self.aggregate_extras(server_round, arrays, extras)
         counts.update({"updates-clipped": len(clipped), "update-norm-ratio-max": ratio})
-        counts.update({"update-cosine-min": min(cosines)} if cosines else {})
+        counts.update({"update-pull-min": min(pulled)} if pulled else {})
         if problem := self.aggregate_problem(arrays):
             why = "round %d: the aggregate breaks an invariant (%s); it is not used"
             log(WARNING, why, server_round, problem)

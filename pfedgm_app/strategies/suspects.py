@@ -1,16 +1,21 @@
 """Which replies moved a round more than one client's worth, named for the run's records
-(docs/robustness.md, "Nothing silent"). numpy only.
+(docs/robustness.md, "Nothing silent"). flwr + numpy only.
 
 A reply that stays inside every bound the server enforces can still steer a round: a weight
 claimed above its bound (capped), an update clipped to the round's norm bound, or an update
-that points against the round's consensus. None of these is an error, and each may be honest
+that pulls against the round's consensus. None of these is an error, and each may be honest
 once; the run names every one, so that a result moved by them is never reported as clean:
 
-- `opposition`: the cosine of each update with the coordinate-wise median of the round's
-  updates (the median, since the mean moves with the updates it judges: two colluders of six
-  pull the mean, not the median). An honest update agrees with the round's direction
-  (`rounds.jsonl`'s `update-cosine-min` over the paper's runs stays above 0); a sign-flipped
-  one scores near -1. Below `OPPOSED_COSINE` it is named.
+- `pulls`: each update's projection on the direction of the others' consensus (the
+  coordinate-wise median of the other updates, left out of its own judge: with a handful of
+  replies a large update drags every coordinate's median one rank its way), in units of a
+  typical other update's length (their median norm). An honest update pushes the round
+  forward or, where its data differ, barely back: its length is about a typical one and its
+  cosine with the others' consensus small when negative. An update sign-flipped and scaled by
+  s pulls about -s times its honest cosine. Below `OPPOSED_PULL` (it takes back more than a
+  typical update's whole length) it is named. Cosines alone do not tell them apart: honest
+  updates of non-IID clients meet the others' consensus at cosines of 0.2 to 0.6 once they
+  learn, and near 0 before, a flipped one at minus that, whatever its length.
 """
 
 from __future__ import annotations
@@ -19,15 +24,15 @@ import numpy as np
 from flwr.app import ArrayRecord, Message
 
 MAX_RECORDED = 1000  # entries of a strategy's `dropped` and `suspects` kept for the summary
-OPPOSED_COSINE = -0.5  # an update this far against the round's median direction is named
-SAMPLED_COORDINATES = 1 << 16  # the cosines read every k-th coordinate, at most this many
+OPPOSED_PULL = -1.0  # an update that undoes more than one typical client's push is named
+SAMPLED_COORDINATES = 1 << 14  # the projections read every k-th coordinate, at most this many
 
 
 def flat_updates(records: list[dict[str, np.ndarray]], sent: dict[str, np.ndarray]) -> np.ndarray:
     """(n, m) float64: each record's update (minus `sent`) over the keys every record holds,
     in sorted order, read every k-th coordinate so that m <= `SAMPLED_COORDINATES`: a strided
-    sample, the same coordinates for every record, whose cosines estimate the whole model's
-    at a fraction of the cost (a median over 30 updates of 500k values costs about 0.3 s)."""
+    sample, the same coordinates for every record, whose projections estimate the whole
+    model's (to about 1/sqrt(m)) at a fraction of the cost of n medians over every value."""
     keys = sorted(set.intersection(*(set(r) for r in records)) & set(sent))
     total = sum(int(np.prod(sent[k].shape)) for k in keys)
     stride = max(1, -(-total // SAMPLED_COORDINATES))
@@ -40,15 +45,21 @@ def flat_updates(records: list[dict[str, np.ndarray]], sent: dict[str, np.ndarra
     return np.stack(rows)
 
 
-def opposition(updates: np.ndarray) -> list[float]:
-    """The cosine of each row of `updates` with their coordinate-wise median (0 where either
-    is zero); with fewer than 3 rows there is no median to stand for the round: all 1."""
-    if len(updates) < 3:
-        return [1.0] * len(updates)
-    median = np.median(updates, axis=0)
-    norms = np.linalg.norm(updates, axis=1) * np.linalg.norm(median)
-    dots = updates @ median
-    return [float(d / n) if n > 0 else 0.0 for d, n in zip(dots, norms, strict=True)]
+def pulls(updates: np.ndarray) -> list[float]:
+    """Each row's projection on the direction of the coordinate-wise median of the other rows,
+    divided by the other rows' median norm (module docstring); with fewer than 3 rows there is
+    no consensus to stand for the round: all 0. A zero consensus or length gives 0."""
+    n = len(updates)
+    if n < 3:
+        return [0.0] * n
+    norms = np.linalg.norm(updates, axis=1)
+    out = []
+    for i in range(n):
+        others = np.delete(updates, i, axis=0)
+        direction = np.median(others, axis=0)
+        scale = np.linalg.norm(direction) * float(np.median(np.delete(norms, i)))
+        out.append(float(updates[i] @ direction) / scale if scale > 0 else 0.0)
+    return out
 
 
 class SuspectNaming:
@@ -67,21 +78,21 @@ class SuspectNaming:
     ) -> list[float]:
         """Name in `suspects` ("round r: node n: why") each reply that moved the round more
         than one client's worth (`suspects.py`): its weight capped, its update clipped or
-        opposed to the round's; returns the updates' cosines to the round's median."""
+        pulling against the round's (`pulls`); returns the updates' pulls."""
         sent = {k: v.numpy() for k, v in (current or ArrayRecord()).items()}
-        cosines = opposition(flat_updates(records, sent)) if sent and len(records) >= 3 else []
+        pulled = pulls(flat_updates(records, sent)) if sent and len(records) >= 3 else []
         for i, msg in enumerate(used):
             why = []
             if (claim := self._claim(msg)) > weights[i]:
                 why.append(f"weight {claim:g} capped at {weights[i]:g}")
             if i in clipped:
                 why.append("update clipped to the round's norm bound")
-            if cosines and cosines[i] < OPPOSED_COSINE:
-                why.append(f"update opposed to the round's median (cosine {cosines[i]:.2f})")
+            if pulled and pulled[i] < OPPOSED_PULL:
+                why.append(f"update pulls against the others' consensus ({pulled[i]:.1f} clients)")
             if why and len(self.suspects) < MAX_RECORDED:
                 node = msg.metadata.src_node_id
                 self.suspects.append(f"round {server_round}: node {node}: {'; '.join(why)}")
-        return cosines
+        return pulled
 
     def round_suspects(self, server_round: int) -> list[str]:
         """The `suspects` entries of `server_round`."""
