@@ -3,11 +3,13 @@
 `checkpoint.pt` after every round holds the global arrays and the strategy's state, as tensors
 and plain values only (dicts, lists, tuples, str, int, float, bool, None): it is read with
 `torch.load(weights_only=True)`, so a file handed over with the folder cannot run code, and one
-holding anything else is refused. A resume (`resume=true`) continues the same experiment only:
-`check_resume` refuses, before anything in the folder is touched, a run-config that differs from
-the stopped run's `config.json` in any key that changes the computation, and `check_clients`
-another number of clients. `FolderLock` keeps a second live run out of an `output-dir`; the
-operating system releases it when its process ends, so a killed run leaves nothing stuck.
+holding anything else is refused, as is one whose arrays hold NaN or Inf or whose global arrays
+exceed the wire contract's `MAX_ABS_VALUE` (a diverged run: every client would fail on it). A
+resume (`resume=true`) continues the same experiment only: `check_resume` refuses, before
+anything in the folder is touched, a run-config that differs from the stopped run's
+`config.json` in any key that changes the computation, and `check_clients` another number of
+clients. `FolderLock` keeps a second live run out of an `output-dir`; the operating system
+releases it when its process ends, so a killed run leaves nothing stuck.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pickle
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ from flwr.app import Array, ArrayRecord
 
 from .config import ConfigError
 from .run_folder import RunFolder
+from .strategies.contract import MAX_ABS_VALUE
 
 # Run-config keys a resumed run may change: where and how fast it runs, how long it waits, how
 # often it evaluates on the side, and more rounds. Every other key is the experiment itself.
@@ -61,7 +65,8 @@ def save(run_dir: Path, server_round: int, arrays: ArrayRecord, strategy: dict) 
 def load(run_dir: Path) -> tuple[int, ArrayRecord, dict]:
     """(rounds done, global arrays, strategy state) of the last checkpoint in `run_dir`, as
     `save` was given them. Raises ConfigError, having run nothing in it, for a file that holds
-    more than tensors and plain values or is not a checkpoint of this app."""
+    more than tensors and plain values, is not a checkpoint of this app, or holds values no
+    round could have sent (`values_problem`)."""
     path = RunFolder(run_dir).checkpoint
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
@@ -86,8 +91,49 @@ def load(run_dir: Path) -> tuple[int, ArrayRecord, dict]:
             f"{path} is not a checkpoint of this app (round, arrays, strategy state): resume "
             "only a run this app wrote, or start a new run in another output-dir"
         )
+    # The global arrays are what clients get: the contract's bound holds for them as for every
+    # reply. The strategy's state (counts, say) has no such bound, but a NaN in it is no state.
+    problem = values_problem(arrays) or values_problem(
+        dict(_tensors(payload["strategy"], "strategy")), bound=None
+    )
+    if problem:
+        raise ConfigError(
+            f"{path} is not resumed: {problem} (the run diverged, or the file was altered); "
+            "start a new run in another output-dir, or resume from an intact copy"
+        )
     arrays = ArrayRecord({k: Array(v.numpy()) for k, v in arrays.items()})
     return payload["round"], arrays, _restored(payload["strategy"])
+
+
+def values_problem(
+    arrays: Mapping[str, torch.Tensor], bound: float | None = MAX_ABS_VALUE
+) -> str | None:
+    """Why the first of `arrays` that no model or round could hold is unusable (NaN or Inf
+    values; beyond `bound` in magnitude, the wire contract's by default), or None."""
+    for name, t in arrays.items():
+        if t.dtype == torch.bool or t.numel() == 0:
+            continue
+        if not torch.isfinite(t).all():
+            return f"array {name!r} holds NaN or Inf"
+        if bound is None:
+            continue
+        # torch has no abs or max of uint16..64: integers are compared as float64
+        values = t if t.is_floating_point() or t.is_complex() else t.double()
+        if values.abs().max() > bound:
+            return f"array {name!r} holds values beyond {bound:g} in magnitude"
+    return None
+
+
+def _tensors(value: Any, name: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """(where, tensor) of every tensor in a stored value, through dicts, lists and tuples."""
+    if isinstance(value, torch.Tensor):
+        yield name, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _tensors(v, f"{name}/{k}")
+    elif type(value) in (list, tuple):
+        for i, v in enumerate(value):
+            yield from _tensors(v, f"{name}/{i}")
 
 
 def _stored(value: Any) -> Any:

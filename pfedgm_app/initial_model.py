@@ -12,8 +12,9 @@ now: a device that joined after training gets its personalized model (saved on i
 run's clients do) from the trained phi, psi and nu without any client training again.
 
 What cannot work is refused before any message is sent (`read`: the files, the stored run's
-method and classes), and before any train or personalize message (`fit`: every array of the
-model the server builds from the clients' query replies, by name, shape and dtype).
+method and classes, arrays holding NaN, Inf or values beyond the wire contract's bound), and
+before any train or personalize message (`fit`: every array of the model the server builds
+from the clients' query replies, by name, shape and dtype).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 from flwr.app import ArrayRecord
 
+from .checkpoint import values_problem
 from .config import ConfigError, RunConfig
 from .data import run_classes
 from .run_folder import RunFolder
@@ -78,7 +80,7 @@ def load_state(path: Path) -> dict[str, torch.Tensor]:
 def read(cfg: RunConfig) -> InitialModel:
     """The run's `initial-model`, or one ConfigError naming the file and what to do: a missing
     or unreadable file, a legacy torch pickle, no `config.json` beside it, another method,
-    other classes."""
+    other classes, values no round could send (`checkpoint.values_problem`)."""
     given = Path(cfg.initial_model).expanduser()
     folder = RunFolder(given)
     model, legacy = folder.global_model, folder.legacy_global_model
@@ -122,6 +124,11 @@ def read(cfg: RunConfig) -> InitialModel:
     except Exception as exc:  # noqa: BLE001 (any unreadable file: one clear message)
         why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ConfigError(f"{key}: {path} is not a readable model ({why})") from None
+    if problem := values_problem(arrays):  # every client would fail on it, rounds later
+        raise ConfigError(
+            f"{key}: {path} is not used: {problem} (a diverged run, or an altered file); "
+            "give a run that trained to finite weights"
+        )
     return InitialModel(path, arrays, config)
 
 

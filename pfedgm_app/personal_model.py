@@ -16,9 +16,9 @@ for its image shape, then a head of one of the `HEADS` kinds) and three metadata
 one whose tensors or metadata no longer match its SHA-256 (damaged, or edited without it being
 recomputed: a check of integrity, not a signature). A file whose SHA-256 was recomputed is not
 trusted either: each field the model is rebuilt and used with must fit the tensors (present and
-of its JSON type; an image shape with a generator; float32 tensors; head tensors sized by the
-class names and the generator's features, checked before anything is allocated from them; one
-logit per class name), else it too is refused in one line.
+of its JSON type; an image shape with a generator; finite float32 tensors; head tensors sized by
+the class names and the generator's features, checked before anything is allocated from them;
+one logit per class name), else it too is refused in one line.
 
 A head kind is its class, the non-tensor arguments it is rebuilt with, and how to build one from
 its tensors (sized by the classes and the generator's features only); a method whose evaluated
@@ -234,6 +234,8 @@ def rebuild(meta: dict[str, Any], tensors: Tensors, path: Path | str = "model") 
         )
     if odd := [n for n, t in tensors.items() if t.dtype != torch.float32][:1]:
         raise ModelFileError(f"{path}: {odd[0]} is {tensors[odd[0]].dtype}, not float32")
+    if odd := [n for n, t in tensors.items() if not t.isfinite().all()][:1]:  # nan predictions
+        raise ModelFileError(f"{path}: {odd[0]} holds NaN or Inf: use a model that trained well")
     head_tensors = {k[len("head.") :]: v for k, v in tensors.items() if k.startswith("head.")}
     # A head is sized by its classes and the generator's features only: checked before the head
     # is built, as building allocates from these sizes (an LDA head a d x d covariance).

@@ -4,14 +4,16 @@
 
 MODEL is a file a run's client saved (`client-<id>.safetensors`, `personal_model`). Each image,
 or each image file below a folder (png, jpg, ...; sorted), is read as the app reads its data:
-converted to the model's mode (grayscale or RGB), not resized, scaled to [-1, 1]
-(`data.to_tensor`). Prints one line per image, `<path>\t<class>\t<probability>`, or with
-`--json` one JSON object per line (`image`, `class`, `probability`), in batches. Refused in
-one line, before any prediction, exit code 2: a file that is not such a model or was changed
-since it was saved, an image of another size than the model's, a file that is not an image.
-Every image is an input not trusted: its size is read from its header before it is decoded, so
-that a decompression bomb is never decoded, and each is decoded once before the first
-prediction, so that a damaged one (truncated, say) is refused before any line is printed.
+converted to the model's mode (grayscale or RGB; a 16-bit image scaled to 8 bits first, see
+`pixels`), not resized, scaled to [-1, 1] (`data.to_tensor`). Prints one line per image,
+`<path>\t<class>\t<probability>`, the path and class name with their control characters escaped
+(`escaped`: no name can rewrite the terminal), or with `--json` one JSON object per line
+(`image`, `class`, `probability`), in batches. Refused in one line, before any prediction, exit
+code 2: a file that is not such a model, was changed since it was saved or holds NaN or Inf
+weights, an image of another size than the model's or of a mode it cannot read, a file that is
+not an image. Every image is an input not trusted: its size is read from its header before it is
+decoded, so that a decompression bomb is never decoded, and each is decoded once before the
+first prediction, so that a damaged one (truncated, say) is refused before any line is printed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,6 +34,15 @@ from .personal_model import SUFFIX, ModelFileError, PersonalModel, load
 from .run_folder import RunFolder
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+# How an image's PIL mode becomes the model's 8-bit pixels (`bits`, `pixels`). 8 bits a channel:
+# PIL's conversion ("1" to 0 or 255, RGB to grey by luma, CMYK and YCbCr to RGB, alpha dropped);
+# a palette through its colours, by way of RGBA, which is how PIL takes its transparency.
+EIGHT_BIT = frozenset({"1", "L", "P", "PA", "LA", "RGB", "RGBA", "RGBX", "CMYK", "YCbCr"})
+# 16-bit grey (PNG, TIFF; older Pillow opens a 16-bit grey PNG as "I", 32-bit integers): scaled
+# to 8 bits, value / 257 rounded (65535 -> 255), then read as 8-bit grey; PIL's own conversion
+# would clip at 255. Every other mode is refused: "I" not from a PNG and "F" (integers or floats
+# of no fixed range), "LAB", "HSV", signed 16-bit, ...
+SIXTEEN_BIT = frozenset({"I;16", "I;16L", "I;16B", "I;16N"})
 
 
 class ImageError(ValueError):
@@ -52,8 +64,9 @@ def image_files(paths: list[Path]) -> list[Path]:
 
 
 def check_images(paths: list[Path], image_shape: tuple[int, int, int]) -> None:
-    """Every image has the model's size (read from its header first, so that no image of
-    another size, a decompression bomb included, is decoded) and decodes whole."""
+    """Every image has the model's size and a mode `bits` reads (both read from its header
+    first, so that no image of another size, a decompression bomb included, is decoded) and
+    decodes whole."""
     from PIL import Image
 
     height, width = image_shape[1:]
@@ -63,9 +76,9 @@ def check_images(paths: list[Path], image_shape: tuple[int, int, int]) -> None:
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 with Image.open(path) as im:
-                    size = im.size
-                    if size == (width, height):
-                        im.convert(mode)
+                    size, kind, depth = im.size, im.mode, bits(im)
+                    if size == (width, height) and depth:
+                        pixels(im, mode)
         except Exception as exc:  # noqa: BLE001 - the bytes are the input: any PIL error is theirs
             why = f"{type(exc).__name__}: {exc}".splitlines()[0]
             raise ImageError(
@@ -77,6 +90,31 @@ def check_images(paths: list[Path], image_shape: tuple[int, int, int]) -> None:
                 f"{describe(image_shape)} images and resizes none: use a model trained on "
                 "images of this size"
             )
+        if not depth:
+            raise ImageError(
+                f"{path} is an image of mode {kind!r}, which this model does not read; convert "
+                "it to 8- or 16-bit grey, or to RGB"
+            )
+
+
+def bits(im: Any) -> int | None:
+    """8 or 16: the bits a channel of the PIL image `im` holds, by the rule at `EIGHT_BIT` and
+    `SIXTEEN_BIT` (its header says); None for a mode the model does not read."""
+    if im.mode in EIGHT_BIT:
+        return 8
+    return 16 if im.mode in SIXTEEN_BIT or (im.mode, im.format) == ("I", "PNG") else None
+
+
+def pixels(im: Any, mode: str) -> np.ndarray:
+    """The PIL image `im` (`bits` not None) as 8-bit pixels of `mode` ("L" or "RGB")."""
+    if bits(im) == 16:
+        from PIL import Image
+
+        values = np.asarray(im, dtype=np.int64)  # I;16B is big-endian: numpy reads it as such
+        im = Image.fromarray(((values + 128) // 257).astype(np.uint8))  # round(value / 257)
+    elif im.mode in ("P", "PA"):
+        im = im.convert("RGBA")
+    return np.asarray(im.convert(mode))
 
 
 def describe(image_shape: tuple[int, int, int]) -> str:
@@ -91,11 +129,11 @@ def batches(paths: list[Path], image_shape: tuple[int, int, int], size: int) -> 
     mode = "L" if image_shape[0] == 1 else "RGB"
     for start in range(0, len(paths), size):
         chunk = paths[start : start + size]
-        pixels = []
+        images = []
         for path in chunk:
             with Image.open(path) as im:
-                pixels.append(np.asarray(im.convert(mode)))
-        yield chunk, to_tensor(np.stack(pixels), image_shape)
+                images.append(pixels(im, mode))
+        yield chunk, to_tensor(np.stack(images), image_shape)
 
 
 @torch.no_grad()
@@ -108,6 +146,18 @@ def predict(
         best, index = probabilities.max(dim=1)
         for path, p, k in zip(chunk, best.tolist(), index.tolist(), strict=True):
             yield path, model.classes[k], p
+
+
+def escaped(text: str) -> str:
+    """`text` with every character that is not printable (C0 and C1 controls, DEL, format
+    characters such as bidi overrides, line separators, the lone surrogates of a name that is
+    not UTF-8) and the backslash escaped as in a Python string (`\\x1b`, `\\n`, `\\u202e`,
+    `\\\\`): a file or class name, which a hostile file may set, cannot move the cursor, colour
+    the terminal or forge a line or column. Printable names (é, 猫) are kept as they are."""
+    return "".join(
+        c if c.isprintable() and c != "\\" else c.encode("unicode_escape").decode("ascii")
+        for c in text
+    )
 
 
 def model_file(path: Path) -> Path:
@@ -152,13 +202,13 @@ def main(argv: list[str] | None = None) -> int:
         paths = image_files(args.images)
         check_images(paths, model.image_shape)
     except (ModelFileError, ImageError) as exc:
-        print(f"predict: {exc}", file=sys.stderr)
+        print(f"predict: {escaped(str(exc))}", file=sys.stderr)  # it names the files
         return 2
     for path, name, p in predict(model, paths, max(1, args.batch_size)):
-        if args.json:
+        if args.json:  # json.dumps escapes every control and non-ASCII character
             print(json.dumps({"image": str(path), "class": name, "probability": p}))
         else:
-            print(f"{path}\t{name}\t{p:.4f}")
+            print(f"{escaped(str(path))}\t{escaped(name)}\t{p:.4f}")
     return 0
 
 

@@ -81,6 +81,27 @@ def test_what_cannot_work_is_refused_before_any_message(tmp_path, make, keys, me
 
 
 @pytest.mark.parametrize(
+    ("value", "why"),
+    [(float("nan"), "holds NaN or Inf"), (float("-inf"), "holds NaN or Inf"),
+     (1e7, "holds values beyond 1e+06 in magnitude")],
+    ids=["nan", "inf", "beyond the contract"],
+)  # fmt: skip
+def test_a_model_whose_values_no_round_could_send_is_refused_naming_the_array(tmp_path, value, why):
+    """A diverged run's model (or an altered file), refused in `read`, before any message:
+    each client would fail on it, or the server drop every reply, rounds later."""
+    stored = RunFolder(_stored_run(tmp_path / "run"))
+    state = load_state(stored.global_model)
+    name = [k for k, v in state.items() if v.is_floating_point()][-1]
+    state[name].view(-1)[0] = value
+    initial_model.save_state(state, stored.global_model)
+    with pytest.raises(ConfigError) as err:
+        initial_model.read(_cfg(initial_model=str(stored.path), dataset="ylecun/mnist"))
+    message = str(err.value)
+    assert f"{stored.global_model} is not used: array {name!r} {why}" in message, message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
     ("shape", "classes", "message"),
     [
         (CIFAR, 10, "generator.features.0.weight is ((16, 1, 5, 5), 'float32') there, "

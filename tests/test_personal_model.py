@@ -123,6 +123,20 @@ def test_a_changed_file_or_one_that_is_no_model_is_refused_in_one_line(tmp_path)
         assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("-inf")], ids=["nan", "inf"])
+def test_a_model_saved_with_weights_not_finite_is_refused_naming_the_tensor(tmp_path, value):
+    """A client whose training diverged saves such a model, its SHA-256 right: every
+    prediction with it would be `nan`."""
+    result = _personalized("pfedgm")
+    with torch.no_grad():
+        result.model.generator.features[0].weight[0, 0, 0, 0] = value
+    path = personal_model.save(tmp_path / "m.safetensors", result.model, SHAPE, CLASSES, {})
+    with pytest.raises(ModelFileError) as err:
+        personal_model.load(path)
+    message = str(err.value)
+    assert f"{path}: generator.features.0.weight holds NaN or Inf" in message, message
+
+
 def test_a_head_of_no_declared_kind_is_not_saved(tmp_path):
     result = _personalized("fedavg")
     result.model.head = torch.nn.Sequential(result.model.head)

@@ -292,6 +292,29 @@ def test_a_checkpoint_of_another_shape_is_refused_naming_the_file(tmp_path):
             checkpoint.load(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("arrays", "state", "named"),
+    [({"v": np.ones(2), "w": np.array([0.0, np.nan])}, {}, "array 'w' holds NaN or Inf"),
+     ({"w": np.array([np.inf], np.float32)}, {}, "array 'w' holds NaN or Inf"),
+     ({"w": np.array([-2e6])}, {}, "array 'w' holds values beyond 1e+06 in magnitude"),
+     ({"w": np.zeros(1)}, {"heads": {3: {"b": np.array([np.nan])}}},
+      "array 'strategy/heads/3/b' holds NaN or Inf")],
+    ids=["nan", "inf", "beyond the contract", "nan in the strategy state"],
+)  # fmt: skip
+def test_a_checkpoint_of_values_no_round_could_send_is_refused_before_any_round(
+    tmp_path, arrays, state, named
+):
+    """A diverged run's checkpoint (or an altered one) is refused when resume=true reads it,
+    naming the file and the first array: resumed, every client would fail on it."""
+    resumed = _stopped(tmp_path / "run")
+    arrays = ArrayRecord({k: Array(v) for k, v in arrays.items()})
+    checkpoint.save(tmp_path / "run", 2, arrays, state)
+    path = RunFolder(tmp_path / "run").checkpoint
+    with pytest.raises(ConfigError) as err:
+        RunWriter.create(resumed, PFedGMSettings())
+    assert f"{path} is not resumed: {named}" in str(err.value) and "\n" not in str(err.value)
+
+
 def test_a_strategy_state_beyond_arrays_and_plain_values_is_refused_when_saved(tmp_path):
     """A state `weights_only` could not read back fails the round that saves it, not the
     resume: a numpy scalar (a float subclass) or an object."""
