@@ -113,7 +113,7 @@ GLOSSARY = [
     (
         "personalized head (Phase 2)",
         "psi, A_g, A_c (Eq. LossC)",
-        "`gaussian.PersonalizedHead` (`mu`, `b`, `a_g`, `a_c`), `phases.personalized_head`",
+        "`adaptation.PersonalizedHead` (`mu`, `b`, `a_g`, `a_c`), `phases.personalized_head`",
         "`personal-epochs`, `personal-learning-rate`, `lbfgs-*`, `adaptation`; metric `accuracy`",
     ),
     (

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .gaussian import PersonalizedHead
+from .adaptation import PersonalizedHead
 from .methods.pfedfda import LDAHead
 from .models import GENERATORS, Model, build_generator
 

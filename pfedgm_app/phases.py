@@ -20,28 +20,25 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from . import diagnostics
+from .adaptation import PersonalizedHead, fine_tune_, refine_biases_
 from .gaussian import (
     GaussianHead,
-    PersonalizedHead,
     class_means,
     covariance_objective,
-    fine_tune_,
     gaussian_logits,
     personalized_objective,
-    refine_biases_,
     update_prototypes_,
 )
+from .phase_data import Data, features, is_tensor_pair, recording_first, run_data_epochs
 from .readings import ADAPTATIONS, DECOUPLINGS, HEAD_DECAY, RC_INPUTS
-from .training import accuracy, apply_batched, evaluating, make_sgd, run_batches, run_epochs
-
-Data = tuple[torch.Tensor, torch.Tensor] | Iterable[tuple[torch.Tensor, torch.Tensor]]
+from .training import accuracy, make_sgd, run_epochs
 
 # The paper's ablations (Sec. Ablation Studies) as switches; the last value of each is pFedGM.
 # Phase 1, Table "decope": "G.M. denotes training without the decoupling mechanism; G.M. - C.
@@ -73,37 +70,6 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
-def _is_tensors(data: Data) -> bool:
-    return isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], torch.Tensor)
-
-
-@torch.no_grad()
-def features(generator: nn.Module, data: Data) -> tuple[torch.Tensor, torch.Tensor]:
-    """(z, y) of all of `data` under `generator` in eval mode (no dropout), on the device of
-    `generator`'s parameters."""
-    if _is_tensors(data):
-        return apply_batched(generator, data[0]), data[1]
-    device = next(generator.parameters()).device
-    with evaluating(generator):
-        pairs = [(generator(x.to(device)), y.to(device)) for x, y in map(_pair, data)]
-    if not pairs:
-        raise ValueError("no batches in the data: a client needs at least one sample")
-    return torch.cat([z for z, _ in pairs]), torch.cat([y for _, y in pairs])
-
-
-def _pair(batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """A batch as (x, y), or one line that says what the API needs instead."""
-    if isinstance(batch, (tuple, list)) and len(batch) == 2:
-        if all(isinstance(t, torch.Tensor) for t in batch):
-            return batch[0], batch[1]
-    if isinstance(batch, dict):
-        raise TypeError(
-            f"batches must be (x, y) pairs of tensors, got a dict with keys {sorted(batch)}: "
-            "map each batch to a pair, e.g. (batch['img'], batch['label'])"
-        )
-    raise TypeError(f"batches must be (x, y) pairs of tensors, got {type(batch).__name__}")
-
-
 def check_features(z: torch.Tensor, y: torch.Tensor, head: GaussianHead) -> None:
     """One clear line when the generator's output or the labels do not fit the head."""
     num_classes, dim = head.mu.shape
@@ -117,13 +83,6 @@ def check_features(z: torch.Tensor, y: torch.Tensor, head: GaussianHead) -> None
             f"labels range over [{int(y.min())}, {int(y.max())}] but the head has "
             f"{num_classes} classes: labels must be 0..{num_classes - 1}"
         )
-
-
-def _epochs(data: Data, step, optimizer, epochs: int, batch_size: int, rng, after_step, device):
-    if _is_tensors(data):
-        x, y = data
-        return run_epochs(step, x, y, optimizer, epochs, batch_size, rng, after_step)
-    return run_batches(step, lambda: map(_pair, data), optimizer, epochs, after_step, device)
 
 
 def train_round(
@@ -176,14 +135,14 @@ def train_round(
     generator.train(), dropout.train()
     start = time.perf_counter()
     first: list[tuple[torch.Tensor, torch.Tensor]] = []  # the diagnostics' gradient batch
-    recorded = data if _is_tensors(data) or not gradients else _recording_first(data, first)
+    recorded = data if is_tensor_pair(data) or not gradients else recording_first(data, first)
     z, y = features(generator, recorded)
     check_features(z, y, head)
     prototypes, counts = class_means(z, y, head.mu.shape[0], head.mu)
     seconds_prototypes = time.perf_counter() - start if personalized else 0.0
     at_start = diagnostics.round_start(head, z, y, prototypes)
     if gradients:
-        batch = (data[0][:batch_size], data[1][:batch_size]) if _is_tensors(data) else first[0]
+        batch = (data[0][:batch_size], data[1][:batch_size]) if is_tensor_pair(data) else first[0]
         batch = tuple(t.to(head.mu.device) for t in batch)
         at_start |= diagnostics.gradient_share(
             generator, head, prototypes, batch, lambda_ if personalized else 0.0, objective_scale
@@ -225,16 +184,8 @@ def train_round(
     ]
     optimizer = make_sgd(params, lr, momentum, weight_decay)
     device = head.mu.device
-    metrics = _epochs(data, step, optimizer, epochs, batch_size, rng, head.project_, device)
+    metrics = run_data_epochs(data, step, optimizer, epochs, batch_size, rng, head.project_, device)
     return {**metrics, **meter.means(), **at_start, "seconds-prototypes": seconds_prototypes}
-
-
-def _recording_first(data: Data, first: list) -> Iterable:
-    """`data`'s batches as they come, the first one also appended to `first`."""
-    for batch in data:
-        if not first:
-            first.append(_pair(batch))
-        yield batch
 
 
 def personalized_head(

@@ -13,4 +13,4 @@ HEAD_DECAY = ("mu", "b", "A")  # what weight decay may reach in the head (phases
 RC_INPUTS = ("before-dropout", "after-dropout")  # where R_c reads z (phases.train_round)
 COVARIANCE_AVERAGES = ("precision", "covariance")  # A's average (strategies.pfedgm)
 BIAS_AVERAGES = ("arithmetic", "mixture")  # b's average (strategies.pfedgm)
-LBFGS_LINE_SEARCHES = ("none", "strong-wolfe")  # L-BFGS's steps (gaussian.refine_biases_)
+LBFGS_LINE_SEARCHES = ("none", "strong-wolfe")  # L-BFGS's steps (adaptation.refine_biases_)

@@ -9,17 +9,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pfedgm_app.adaptation import PersonalizedHead, fine_tune_, refine_biases_
 from pfedgm_app.gaussian import (
     OBJECTIVE_SCALES,
     POSITIVE_FLOOR,
     GaussianHead,
-    PersonalizedHead,
     class_means,
     covariance_objective,
-    fine_tune_,
     gaussian_logits,
     personalized_objective,
-    refine_biases_,
     shared_objective,
     update_prototypes_,
 )

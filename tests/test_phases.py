@@ -13,7 +13,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from pfedgm_app import diagnostics
 from pfedgm_app.gaussian import GaussianHead, shared_objective
-from pfedgm_app.phases import features, personalize, personalized_head, train_round
+from pfedgm_app.phase_data import features
+from pfedgm_app.phases import personalize, personalized_head, train_round
 
 K, D = 3, 4
 
