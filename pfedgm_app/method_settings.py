@@ -138,20 +138,11 @@ class PFedFDASettings(Settings):
 
 @dataclass(frozen=True)
 class PFedGMSettings(Settings):
-    """The paper's hyperparameters (Sec. Training Setup): lambda in Eq. (main_loss) and in zeta
-    of Eq. (LossC); Phase 2 SGD fine-tuning, then L-BFGS on the biases (`lbfgs-cycles=0` skips
-    it). `navigator-std` is the standard deviation of mu^0 in psi^0 (`gaussian.GaussianHead`).
-
-    The ablations of Sec. Ablation Studies, each pFedGM by default: `adaptation`
-    (`phases.ADAPTATIONS`: NA, FA, GA), `personalized-objective` (false: NPO, Phase 1 on H
-    alone; lambda still weighs zeta in Phase 2) and `decoupling` (`phases.DECOUPLINGS`: G.M.,
-    G.M.-C., G.M.+D.).
-
-    The readings of Phase 1 the paper leaves open, each named where the code makes it:
-    `prototype-step` (`gaussian.PROTOTYPE_STEPS`), `objective-scale` (R_c's and zeta's 1/d,
-    `gaussian.OBJECTIVE_SCALES`), `navigator-lr-scale` (mu and b at the generator's learning
-    rate times it), `head-weight-decay` (`phases.HEAD_DECAY`), `covariance-average` and
-    `bias-average` (the server's, `strategies.pfedgm`), `rc-input` (`phases.RC_INPUTS`).
+    """The paper's hyperparameters (Sec. Training Setup) as defaults; its ablations (Sec.
+    Ablation Studies: `adaptation`, `personalized-objective`, `decoupling`, pFedGM by default)
+    and the readings it leaves open (Phase 1's, the navigator's scale, Phase 2's L-BFGS step
+    and batch size), each a key whose values `readings.py` lists and whose choice is
+    explained where the code makes it (`gaussian`, `adaptation`, `phases`, `strategies.pfedgm`).
     """
 
     # upper bounds: far beyond the paper's values (lambda 1, epochs 5, rates 0.05, L-BFGS 10 x 5)
