@@ -16,9 +16,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, RunConfig
+from .config import RunConfig
 from .method_settings import parse, run_config_keys
 from .run_folder import RunFolder
+from .settings import ConfigError
 
 # Flower's reading of `--run-config 'k1=v1 k2="v 2"'` (flwr.common.config.parse_config_args):
 # key=value pairs separated by spaces, each value TOML.

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord
 
-from .config import ConfigError
 from .run_folder import RunFolder
+from .settings import ConfigError
 from .strategies.contract import MAX_ABS_VALUE
 
 # Run-config keys a resumed run may change: where and how fast it runs, how long it waits, how

@@ -21,7 +21,8 @@ from typing import NoReturn
 
 import click
 
-from .config import ConfigError, RunConfig
+from .config import RunConfig
+from .settings import ConfigError
 
 RUN_CONFIG_HELP = (
     'the run-config as `flwr run` takes it: "key=value ..." (TOML values, strings quoted) '

@@ -16,7 +16,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from . import checkpoint, initial_model, wire
-from .config import ConfigError, RunConfig, Settings
+from .config import RunConfig
 from .data import Protocol
 from .federation import (
     known_sizes,
@@ -27,6 +27,7 @@ from .federation import (
 )
 from .methods import ClientPlugin, Method
 from .results import RunWriter, accuracy_by_type, evaluation_row
+from .settings import ConfigError, Settings
 from .strategies import PersonalizationResult, PersonalizedFedAvg, summarize
 
 

@@ -13,8 +13,9 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from . import wire
-from .config import ConfigError, RunConfig
+from .config import RunConfig
 from .data import Protocol, client_split
+from .settings import ConfigError
 from .strategies.contract import query_reply_problem
 
 REASON_CHARS = 300  # at most this much of a failed ClientApp's error reason is reported

@@ -29,9 +29,10 @@ import torch
 from flwr.app import ArrayRecord
 
 from .checkpoint import values_problem
-from .config import ConfigError, RunConfig
+from .config import RunConfig
 from .data import run_classes
 from .run_folder import RunFolder
+from .settings import ConfigError
 
 # The metadata entry of a global model file holding its state dict's key order (JSON list):
 # safetensors keeps tensors by name, and a model's order is its modules'

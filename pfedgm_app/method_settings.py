@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .config import ConfigError, RunConfig, Settings, above, at_least, setting
+from .config import RunConfig
 from .presets import apply_preset
 from .readings import (
     ADAPTATIONS,
@@ -25,6 +25,7 @@ from .readings import (
     PROTOTYPE_STEPS,
     RC_INPUTS,
 )
+from .settings import ConfigError, Settings, above, at_least, setting
 
 if TYPE_CHECKING:
     from .methods.base import ClientTask

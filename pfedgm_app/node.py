@@ -22,7 +22,7 @@ from flwr.app import Context, Message
 from flwr.common import log
 
 from . import personal_model, wire
-from .config import ConfigError, RunConfig
+from .config import RunConfig
 from .data import (
     ClientData,
     DeviceData,
@@ -36,6 +36,7 @@ from .methods import ClientPlugin, ClientState, ClientTask, Personalized, parse_
 from .models import Model
 from .replies import received
 from .run_folder import RunFolder
+from .settings import ConfigError
 from .training import keep_freed_memory, pick_device, set_threads
 
 DATA_PATH = "data-path"  # node-config: the device's own data (`data.DeviceData`)

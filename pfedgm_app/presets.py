@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError
+from .settings import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 

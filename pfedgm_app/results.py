@@ -17,9 +17,10 @@ from flwr.app import ArrayRecord, MetricRecord
 from flwr.common import log
 
 from . import checkpoint, initial_model, wire
-from .config import ConfigError, RunConfig, Settings
+from .config import RunConfig
 from .plots import EVAL_MEAN, EVAL_STD, dataset_label, plot_rounds
 from .run_folder import RunFolder
+from .settings import ConfigError, Settings
 from .strategies import PersonalizationResult, summarize
 
 ELAPSED = "seconds-elapsed"  # rounds.jsonl: the run's wall seconds so far, over its sittings

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from .config import Settings
 from .methods import METHODS, settings_groups
 from .presets import toml_value
+from .settings import Settings
 
 UNDOCUMENTED = "**undocumented: give the field a `doc` (pfedgm_app/config.py: `setting`)**"
 

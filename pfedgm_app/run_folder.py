@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError
+from .settings import ConfigError
 
 # flwr's own logger (`flwr.common.log` writes to it), without importing flwr here
 LOG = logging.getLogger("flwr")

@@ -16,12 +16,12 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
 from . import initial_model
-from .config import ConfigError
 from .data import resolve_dataset
 from .experiment import experiment
 from .federation import discover_clients
 from .methods import parse_run_config
 from .results import RunWriter
+from .settings import ConfigError
 from .strategies import WindowedGrid
 from .strategies.window import messages_in_flight
 

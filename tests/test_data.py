@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from pfedgm_app.config import ConfigError
 from pfedgm_app.data import (
     Protocol,
     client_indices,
@@ -25,6 +24,7 @@ from pfedgm_app.data import (
 )
 from pfedgm_app.data.corruptions import CORRUPTIONS, corruption_pairs
 from pfedgm_app.data.partitioner import ResamplingDirichletPartitioner
+from pfedgm_app.settings import ConfigError
 
 LABELS = np.repeat(np.arange(10), 600)  # 6000 samples, 10 balanced classes
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from flwr.app import Error, Message, MetricRecord, RecordDict
 
-from pfedgm_app.config import ConfigError, RunConfig
+from pfedgm_app.config import RunConfig
 from pfedgm_app.data import (
     KNOWN_CLASSES,
     DeviceData,
@@ -35,6 +35,7 @@ from pfedgm_app.data.labels import _declared_classes
 from pfedgm_app.data.sources import _columns
 from pfedgm_app.federation import discover_clients, unavailable
 from pfedgm_app.node import node_data
+from pfedgm_app.settings import ConfigError
 from tests.conftest import SHARED_DATA as SHARED
 from tests.test_server import FakeGrid
 

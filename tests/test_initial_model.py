@@ -13,13 +13,14 @@ import pytest
 import torch
 
 from pfedgm_app import initial_model
-from pfedgm_app.config import ConfigError, RunConfig
+from pfedgm_app.config import RunConfig
 from pfedgm_app.experiment import initial_arrays
 from pfedgm_app.initial_model import load_state
 from pfedgm_app.methods import get_method, parse_run_config
 from pfedgm_app.paper import cli
 from pfedgm_app.results import RunWriter
 from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.settings import ConfigError
 from pfedgm_engine.inprocess import run_inprocess
 
 MNIST, CIFAR = (1, 28, 28), (3, 32, 32)

@@ -12,7 +12,6 @@ import pytest
 
 from devtools.reference import pages
 from devtools.same_numbers import TINY
-from pfedgm_app.config import ConfigError, Settings, at_least
 from pfedgm_app.methods import (
     METHODS,
     ClientPlugin,
@@ -24,6 +23,7 @@ from pfedgm_app.methods import (
 )
 from pfedgm_app.models import Model
 from pfedgm_app.paper.grid import method_row
+from pfedgm_app.settings import ConfigError, Settings, at_least
 from pfedgm_app.training import supervised_step
 from pfedgm_engine.inprocess import run_inprocess
 

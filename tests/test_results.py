@@ -18,11 +18,12 @@ import pytest
 from flwr.app import Array, ArrayRecord, MetricRecord
 
 from pfedgm_app import checkpoint
-from pfedgm_app.config import ConfigError, RunConfig
+from pfedgm_app.config import RunConfig
 from pfedgm_app.methods.base import NoSettings
 from pfedgm_app.plots import EVAL_MEAN, EVAL_STD
 from pfedgm_app.results import ELAPSED, RunWriter, accuracy_by_type
 from pfedgm_app.run_folder import FORMAT_VERSION, SUMMARY_V1, VERSION, RunFolder
+from pfedgm_app.settings import ConfigError
 from pfedgm_app.strategies import summarize
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,13 +18,14 @@ from flwr.app import Array, ArrayRecord
 
 from pfedgm_app import checkpoint
 from pfedgm_app.checkpoint import FolderLock
-from pfedgm_app.config import ConfigError, RunConfig
+from pfedgm_app.config import RunConfig
 from pfedgm_app.initial_model import load_state
 from pfedgm_app.methods import METHODS
 from pfedgm_app.methods.pfedgm import PFedGMSettings
 from pfedgm_app.paper.flwr_cli import run_app
 from pfedgm_app.results import RunWriter
 from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.settings import ConfigError
 from pfedgm_app.strategies import FedPAC
 from pfedgm_engine.inprocess import RunStopped, run_inprocess
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 
-from pfedgm_app.config import ConfigError, RunConfig
+from pfedgm_app.config import RunConfig
 from pfedgm_app.federation import discover_clients
+from pfedgm_app.settings import ConfigError
 from pfedgm_app.strategies import PersonalizedFedAvg
 
 pytestmark = pytest.mark.usefixtures("task_identity")  # Messages need a run identity

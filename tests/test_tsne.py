@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from pfedgm_app.config import ConfigError, RunConfig
+from pfedgm_app.config import RunConfig
 from pfedgm_app.data import Protocol, load_client_data
 from pfedgm_app.experiment import initial_arrays
 from pfedgm_app.methods import get_method
 from pfedgm_app.results import RunWriter
 from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.settings import ConfigError
 
 pytest.importorskip("sklearn", reason='the t-SNE figure needs pip install -e ".[paper]"')
 tsne = pytest.importorskip("pfedgm_app.paper.tsne")

@@ -9,7 +9,7 @@ import zlib
 
 import numpy as np
 
-from ..config import ConfigError
+from ..settings import ConfigError
 from .cache import (
     _CLIENTS,
     CACHE_VERSION,

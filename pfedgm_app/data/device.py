@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import ConfigError, RunConfig
+from ..config import RunConfig
+from ..settings import ConfigError
 from .cache import _CLIENTS, _client_cache, _fingerprint
 from .labels import map_labels, run_classes
 from .partition import hold_out_validation, split_seed, split_train_test

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import ConfigError, parse_classes
+from ..config import parse_classes
+from ..settings import ConfigError
 from .sources import (
     PoolInfo,
     _columns,

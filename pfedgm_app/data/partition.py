@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import ConfigError
+from ..settings import ConfigError
 from .sources import load_pool
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import datasets
 import numpy as np
 from flwr_datasets.partitioner import Partitioner
 
-from ..config import ConfigError
+from ..settings import ConfigError
 from .partition import dirichlet_partition
 
 

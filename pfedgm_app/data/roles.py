@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import CORRUPTION_ASSIGNMENTS, ConfigError, RunConfig, parse_classes
+from ..config import CORRUPTION_ASSIGNMENTS, RunConfig, parse_classes
+from ..settings import ConfigError
 from .corruptions import corruption_pairs
 
 

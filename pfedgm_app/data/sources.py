@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..config import ConfigError
 from ..models import GENERATORS
+from ..settings import ConfigError
 from .shared import find_shared
 
 if TYPE_CHECKING:

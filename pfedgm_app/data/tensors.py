@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..config import ConfigError
+from ..settings import ConfigError
 from .sources import PoolInfo
 
 

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import method_settings
-from ..config import ConfigError, RunConfig, Settings
+from ..config import RunConfig
+from ..settings import ConfigError, Settings
 from .base import ClientPlugin, ClientState, ClientTask, Method, Personalized, Reply
 from .ditto import DITTO
 from .fedavg import FEDAVG, FEDAVGFT, LOCAL

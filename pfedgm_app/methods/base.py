@@ -19,10 +19,11 @@ import torch
 from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
-from ..config import RunConfig, Settings
+from ..config import RunConfig
 from ..data import ClientData
 from ..method_settings import NoSettings
 from ..models import Model, build_model
+from ..settings import Settings
 from ..strategies import PersonalizedFedAvg
 from ..training import accuracy, make_sgd, run_epochs, supervised_step
 

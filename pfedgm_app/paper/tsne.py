@@ -17,12 +17,12 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from ..config import ConfigError
 from ..data import Protocol, load_client_data, run_classes
 from ..initial_model import load_state
 from ..methods import get_method, parse_run_config, run_config_keys
 from ..plots import dataset_label
 from ..run_folder import RunFolder
+from ..settings import ConfigError
 
 
 def _json(read: Callable[[], dict[str, Any]], path: Path) -> dict[str, Any]:
