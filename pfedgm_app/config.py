@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from .settings import ConfigError, Settings, above, at_least, setting
 
 CORRUPTION_ASSIGNMENTS = ("none", "50C", "100C")  # CIFAR-10S / 100S (data.corruption_pair)
-AGGREGATIONS = ("mean", "trimmed-mean", "median")  # strategies.robust (flwr-free here)
+# strategies.robust (flwr-free here): the combinations of a round's updates
+AGGREGATIONS = ("mean", "trimmed-mean", "median", "krum", "multi-krum", "bulyan")
 PROTOCOLS = ("standard", "generalization")  # who trains and who is evaluated (data.Protocol)
 
 
@@ -111,7 +112,11 @@ class RunConfig(Settings):
     # what the server trusts of a reply (docs/robustness.md, strategies/robust.py)
     aggregation: str = setting("mean", doc="how the round's updates are combined "
         "(docs/robustness.md): `mean` (FedAvg, weighted), `trimmed-mean` (Flower's "
-        "FedTrimmedAvg) or `median` (FedMedian)")  # one of AGGREGATIONS
+        "FedTrimmedAvg), `median` (FedMedian), `krum`, `multi-krum` or `bulyan` (Flower's "
+        "Krum, MultiKrum, Bulyan, tolerating `byzantine-nodes`)")  # one of AGGREGATIONS
+    byzantine_nodes: int = at_least(0, 1, at_most=10**6, doc="`krum`, `multi-krum`, "
+        "`bulyan`: the hostile replies a round tolerates, f (multi-krum averages the n - f "
+        "updates closest to the others; bulyan needs n >= 4f + 3 replies)")
     trim_fraction: float = at_least(0, 0.2, below=0.5,  # at each end: below half, some remain
         doc="`trimmed-mean`: the share of the replies cut at each end, per coordinate")
     clip_ratio: float = at_least(0, 10.0, at_most=1e6, doc="an update whose norm exceeds this "

@@ -290,6 +290,7 @@ def build_strategy(
         clip_ratio=cfg.clip_ratio,
         aggregation=cfg.aggregation,
         trim_fraction=cfg.trim_fraction,
+        byzantine_nodes=cfg.byzantine_nodes,
         **(settings.strategy_options() if settings is not None else {}),
     )
     strategy.metric_keys |= set(method.metrics)

@@ -124,7 +124,52 @@ def test_the_robust_aggregators_are_flowers_trimmed_mean_and_median():
         arrays, _ = _aggregate(strategy, current, replies)
         np.testing.assert_allclose(arrays["w"].numpy(), expected)
     with pytest.raises(ValueError, match="aggregation must be one of"):
-        PersonalizedFedAvg(aggregation="krum")
+        PersonalizedFedAvg(aggregation="geometric-median")
+
+
+def test_flowers_krum_family_leaves_out_two_colluders_of_six():
+    """Two of six send the same poisoned update (mean, median and trimmed mean all move
+    toward it); Flower's Krum picks one honest update, MultiKrum (f = 2) averages the four
+    honest ones by weight, Bulyan (f = 1, n = 7 >= 4f + 3) stays among them; with n < 4f + 3
+    Bulyan aggregates nothing and the round names why."""
+    rng = np.random.default_rng(2)
+    current = _arrays(w=np.zeros(50))
+    honest = [np.ones(50) + rng.normal(0, 0.1, 50) for _ in range(4)]
+    poison = -20 * np.ones(50)
+    replies = [_reply(i, _arrays(w=u), 10 * i) for i, u in enumerate(honest, 1)]
+    replies += [_reply(i, _arrays(w=poison), 10) for i in (5, 6)]
+    sizes = np.array([10, 20, 30, 40])
+    for aggregation, f, expected in (
+        ("krum", 2, None),
+        ("multi-krum", 2, (sizes[:, None] * np.stack(honest)).sum(0) / sizes.sum()),
+    ):
+        strategy = PersonalizedFedAvg(aggregation=aggregation, byzantine_nodes=f, clip_ratio=0)
+        arrays, _ = _aggregate(strategy, current, replies)
+        w = arrays["w"].numpy()
+        assert np.all(w > 0.5), aggregation  # honest: about 1; a poisoned pick: -20
+        if expected is not None:
+            np.testing.assert_allclose(w, expected, rtol=1e-5)
+    seven = [*replies, _reply(7, _arrays(w=honest[0]), 10)]
+    bulyan = PersonalizedFedAvg(aggregation="bulyan", byzantine_nodes=1, clip_ratio=0)
+    arrays, _ = _aggregate(bulyan, current, seven)
+    assert np.all(arrays["w"].numpy() > 0.5)
+    too_few = PersonalizedFedAvg(aggregation="bulyan", byzantine_nodes=2, clip_ratio=0)
+    arrays, _ = _aggregate(too_few, current, replies)
+    assert arrays is None and "too few for bulyan with f = 2" in too_few.round_problem(1)
+
+
+def test_a_round_of_one_or_two_replies_is_clipped_against_the_last_rounds():
+    """No median of its own with fewer than 3 replies: the last rounds' median norm bounds
+    it, so a x1e5 update among two is scaled down; with no history yet it is used as sent."""
+    current = _arrays(w=[0.0, 0.0])
+    strategy = PersonalizedFedAvg(clip_ratio=10.0)
+    fresh, _ = _aggregate(strategy, current, [_reply(1, _arrays(w=[1e5, 1e5]), 10)])
+    assert fresh["w"].numpy()[0] == 1e5  # nothing to compare with
+    _aggregate(strategy, current, [_reply(n, _arrays(w=[1.0, 1.0]), 10) for n in (1, 2, 3)])
+    two = [_reply(1, _arrays(w=[1.0, 1.0]), 10), _reply(2, _arrays(w=[1e5, 1e5]), 10)]
+    arrays, metrics = _aggregate(strategy, current, two)
+    assert metrics["updates-clipped"] == 1 and np.abs(arrays["w"].numpy()).max() <= 5.5
+    assert strategy.state()["norms"] == [pytest.approx(2**0.5)]
 
 
 def test_extras_a_method_does_not_use_and_oversized_replies_are_refused():

@@ -88,6 +88,7 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         clip_ratio: float = 10.0,
         aggregation: str = "mean",
         trim_fraction: float = 0.2,
+        byzantine_nodes: int = 1,
         **fedavg_kwargs,
     ) -> None:
         super().__init__(**fedavg_kwargs)
@@ -100,7 +101,8 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
             self.default_metric_keys if metric_keys is None else metric_keys
         )
         self.clip_ratio, self.aggregation = clip_ratio, aggregation
-        self.trim_fraction = trim_fraction
+        self.trim_fraction, self.byzantine_nodes = trim_fraction, byzantine_nodes
+        self.norms: list[float] = []  # the last rounds' median update norms (`clip_updates`)
         self.sampled: dict[int, set[int]] = {}  # round -> the nodes its messages went to
         self.dropped: list[str] = []  # "round r: node n: why", for the run's summary
         self.suspects: list[str] = []  # "round r: node n: why" (`SuspectNaming`)
@@ -113,17 +115,16 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         # no client returns keeps.
         self.sent_arrays: dict[int, ArrayRecord] = {}
 
-    # -- checkpoints --------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        """What a checkpoint must hold, besides the global arrays and the rounds done, to
-        continue these rounds as if never stopped: the client-sampling RNG. Subclasses with
-        state of their own extend it (numpy arrays and picklable values; per-client entries by
-        `node_partitions`, since a resumed run's nodes get new ids)."""
-        return {"rng": self.rng.getstate()}
+        """What a checkpoint needs besides the arrays and rounds to continue as if never
+        stopped: the sampling RNG, the clip's norm history. Subclasses extend it (numpy arrays,
+        picklable values; per-client entries by `node_partitions`: nodes get new ids)."""
+        return {"rng": self.rng.getstate(), "norms": list(self.norms)}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Continue from `state` (`state()` of a stopped run)."""
         self.rng.setstate(state["rng"])
+        self.norms = list(state.get("norms", []))  # absent from a checkpoint of before
 
     def check_initial(self, arrays: ArrayRecord) -> None:
         """Raise ValueError where `arrays` cannot start this strategy's rounds (none here)."""
@@ -234,11 +235,16 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
             {k: v.numpy() for k, v in m.content.array_records[self.arrayrecord_key].items()}
             for m in used
         ]
-        records, clipped, ratio = clip_updates(records, current, self.clip_ratio)
+        records, clipped, ratio = clip_updates(records, current, self.clip_ratio, self.norms)
         pulled = self.name_suspects(server_round, used, weights, records, clipped, current)
-        update = combine(
-            weights, records, self.aggregation, self.trim_fraction, self.average_transform()
-        )
+        update = combine(weights, records, self.aggregation, self.trim_fraction,
+                         self.average_transform(), self.byzantine_nodes)  # fmt: skip
+        counts.update({"updates-clipped": len(clipped), "update-norm-ratio-max": ratio})
+        counts.update({"update-pull-min": min(pulled)} if pulled else {})
+        if update is None:  # Flower's Bulyan: fewer than 4f + 3 replies
+            few = f"{len(used)} replies, too few for {self.aggregation} with f = "
+            self.dropped.append(f"round {server_round}: the aggregate: {few}{self.byzantine_nodes}")
+            return None, MetricRecord(counts)
         arrays = merge_arrays(current, ArrayRecord({k: Array(v) for k, v in update.items()}))
         extras = {
             m.metadata.src_node_id: (w, m.content.array_records[wire.EXTRAS])
@@ -247,8 +253,6 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         }
         if extras:
             arrays = self.aggregate_extras(server_round, arrays, extras)
-        counts.update({"updates-clipped": len(clipped), "update-norm-ratio-max": ratio})
-        counts.update({"update-pull-min": min(pulled)} if pulled else {})
         if problem := self.aggregate_problem(arrays):
             why = "round %d: the aggregate breaks an invariant (%s); it is not used"
             log(WARNING, why, server_round, problem)

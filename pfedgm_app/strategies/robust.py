@@ -6,9 +6,16 @@ round, then a weighted mean, a trimmed mean or a coordinate-wise median (numpy +
   client far from the others cannot take the model over. An honest round stays far below the
   default ratio (the largest ratio of each round is in `rounds.jsonl`), and an update under
   the bound is used as sent, to the last bit.
+- With fewer than 3 replies a round has no median of its own: the bound is then taken from
+  the median norms of the last rounds that had one (`NORM_HISTORY`), so that one or two
+  replies are never used unbounded.
 - `AGGREGATIONS`: "mean" weighs each reply by its weight (FedAvg); "trimmed-mean" and
   "median" are Flower's `FedTrimmedAvg` and `FedMedian` per coordinate (unweighted, as
-  Flower's), `trimmed-mean` cutting `trim_fraction` of the replies at each end.
+  Flower's), `trimmed-mean` cutting `trim_fraction` of the replies at each end; "krum",
+  "multi-krum" and "bulyan" are Flower's `Krum`, `MultiKrum` and `Bulyan` strategies, run on
+  the round's admitted, clipped, weight-bounded replies (`flower_robust`): Krum keeps the
+  one update closest to its n - f - 2 nearest others, MultiKrum averages the n - f such
+  updates by weight, Bulyan trims coordinate-wise among the n - 2f Krum picks.
 """
 
 from __future__ import annotations
@@ -24,21 +31,35 @@ from ..config import AGGREGATIONS
 Transforms = Mapping[str, tuple[Callable, Callable]]
 
 
+NORM_HISTORY = 5  # rounds whose median update norm bounds a round of fewer than 3 replies
+
+
 def clip_updates(
-    records: list[dict[str, np.ndarray]], current: ArrayRecord | None, clip_ratio: float
+    records: list[dict[str, np.ndarray]],
+    current: ArrayRecord | None,
+    clip_ratio: float,
+    history: list[float] | None = None,
 ) -> tuple[list[dict[str, np.ndarray]], list[int], float]:
     """(records with every update above `clip_ratio` x the median norm scaled down to it, the
     indices of those clipped, the largest norm / median ratio). Norms over the keys each
-    record shares with `current`; with fewer than 3 records, no median to stand for the
-    round: unchanged."""
-    if current is None or len(records) < 3 or not clip_ratio:
+    record shares with `current`. `history` (updated in place) holds the median norms of the
+    last `NORM_HISTORY` rounds of at least 3 records: a round of fewer takes its median as
+    the median, and with no history yet is used unchanged."""
+    history = [] if history is None else history
+    if current is None or not records or not clip_ratio:
         return records, [], 0.0
     sent = {k: v.numpy() for k, v in current.items()}
     norms = []
     for record in records:
         squares = [np.sum((v.astype(np.float64) - sent[k]) ** 2) for k, v in record.items()]
         norms.append(float(np.sqrt(sum(squares))))
-    median = float(np.median(norms))
+    if len(records) >= 3:
+        median = float(np.median(norms))
+        history[:] = [*history, median][-NORM_HISTORY:]
+    elif history:
+        median = float(np.median(history))
+    else:
+        return records, [], 0.0
     if median == 0:
         return records, [], 0.0
     bound, clipped, out = clip_ratio * median, [], []
@@ -59,7 +80,8 @@ def combine(
     aggregation: str = "mean",
     trim_fraction: float = 0.2,
     transforms: Transforms | None = None,
-) -> dict[str, np.ndarray]:
+    byzantine_nodes: int = 1,
+) -> dict[str, np.ndarray] | None:
     """The aggregate of each key over the records that hold it, each array of a key in
     `transforms` aggregated in the coordinates to(x) (in float64) and mapped back by back(),
     in its own dtype."""
@@ -75,6 +97,10 @@ def combine(
         ]
     if aggregation == "mean":
         result = weighted_mean(list(zip(weights, records, strict=True)))
+    elif aggregation in FLOWER_ROBUST:
+        result = flower_robust(weights, records, aggregation, byzantine_nodes)
+        if result is None:
+            return None
     else:
         keys = {k for r in records for k in r}
         result = {}
@@ -89,6 +115,54 @@ def combine(
         if key in result:
             result[key] = back(result[key]).astype(dtypes[key])
     return result
+
+
+def flower_robust(
+    weights: list[float],
+    records: list[dict[str, np.ndarray]],
+    aggregation: str,
+    byzantine_nodes: int,
+) -> dict[str, np.ndarray] | None:
+    """The aggregate by Flower's own `Krum`, `MultiKrum` (selecting n - f) or `Bulyan`
+    (`FLOWER_ROBUST`) of the records, each with its (bounded) weight, over the keys every
+    record holds (a key only some hold: their weighted mean); None where the strategy finds
+    too few replies for f (Bulyan: n < 4f + 3)."""
+    from flwr.app import Message, MetricRecord, RecordDict
+    from flwr.serverapp.strategy import Bulyan, Krum, MultiKrum
+
+    common = sorted(set.intersection(*(set(r) for r in records)))
+    n, f = len(records), byzantine_nodes
+    strategy = {
+        "krum": lambda: Krum(num_malicious_nodes=f),
+        "multi-krum": lambda: MultiKrum(num_malicious_nodes=f, num_nodes_to_select=max(1, n - f)),
+        "bulyan": lambda: Bulyan(num_malicious_nodes=f),
+    }[aggregation]()
+    replies = [
+        Message(
+            RecordDict(
+                {
+                    "arrays": ArrayRecord({k: Array(np.ascontiguousarray(r[k])) for k in common}),
+                    "metrics": MetricRecord({"num-examples": w}),
+                }
+            ),
+            dst_node_id=i,
+            message_type="train",
+        )
+        for i, (w, r) in enumerate(zip(weights, records, strict=True))
+    ]
+    arrays, _ = strategy.aggregate_train(0, replies)
+    if arrays is None:
+        return None
+    pairs = zip(weights, records, strict=True)
+    rest = [(w, {k: v for k, v in r.items() if k not in common}) for w, r in pairs]
+    dtypes = {k: records[0][k].dtype for k in common}
+    return {
+        **{k: v.numpy().astype(dtypes[k]) for k, v in arrays.items()},
+        **weighted_mean([(w, r) for w, r in rest if r]),
+    }
+
+
+FLOWER_ROBUST = ("krum", "multi-krum", "bulyan")
 
 
 def trim_mean(stacked: np.ndarray, cut_fraction: float) -> np.ndarray:
