@@ -93,6 +93,9 @@ class RunConfig(Settings):
         "without a new SuperNode answering after which the run stops")
     round_timeout: float = above(0, 3600.0, at_most=1e7,
         doc="seconds to wait for the replies of one round")
+    straggler_wait: float = at_least(0, 2.0, at_most=1e6, doc="once half of a training round's "
+        "replies are in, the rest get this many times as long as that half took (at least 30 "
+        "s), not round-timeout; 0: wait round-timeout")
     messages_in_flight: int = at_least(-1, 0, at_most=10**6, doc="N > 0: at most N messages "
         "unanswered at a time (`strategies.WindowedGrid`); 0: all of a round at once; -1: auto "
         "(twice the cores in a simulation, 0 in a deployment). The results are the same")

@@ -110,8 +110,11 @@ class Rounds:
                 self.refresh(self.grid)
             config = ConfigRecord()
             messages = list(self.strategy.configure_train(server_round, arrays, config, self.grid))
+            late = getattr(self.grid, "late", 0)  # `WindowedGrid`'s stragglers, over the run
             replies = list(self.grid.send_and_receive(messages, timeout=self.timeout))
             update, metrics = self.strategy.aggregate_train(server_round, replies)
+            if metrics is not None and (late := getattr(self.grid, "late", 0) - late):
+                metrics["replies-late"] = late
             if update is None:
                 problem = self.strategy.round_problem(server_round)
                 failed[server_round] = problem or first_failure(replies, len(messages))

@@ -55,7 +55,8 @@ def main(grid: Grid, context: Context) -> None:
         cfg, method, settings = parse_run_config(context.run_config)
         cfg = dataclasses.replace(cfg, dataset=resolve_dataset(cfg.dataset))
         initial = initial_model.read(cfg) if cfg.initial_model else None  # before any message
-        grid = WindowedGrid(grid, messages_in_flight(cfg.messages_in_flight))  # every exchange
+        window = messages_in_flight(cfg.messages_in_flight)
+        grid = WindowedGrid(grid, window, straggler_wait=cfg.straggler_wait)  # every exchange
         if grid.window:
             log(INFO, "pFedGM app: at most %d messages in flight (messages-in-flight)", grid.window)
         writer = RunWriter.create(cfg, settings, started)

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.usefixtures("task_identity")  # Messages need a run ide
 class FakeGrid:
     """Answers each pushed message after `delay` pulls; records the peak unanswered count."""
 
-    def __init__(self, delay: int = 2, refuse: int | None = None) -> None:
-        self.delay, self.refuse = delay, refuse
+    def __init__(self, delay: int = 2, refuse: int | None = None, silent=()) -> None:
+        self.delay, self.refuse, self.silent = delay, refuse, set(silent)
         self.ids = itertools.count()
         self.unanswered: dict[str, list] = {}  # id -> [pulls left, message]
         self.peak, self.pushed = 0, []
@@ -46,7 +46,7 @@ class FakeGrid:
         for mid in list(message_ids):
             entry = self.unanswered[mid]
             entry[0] -= 1
-            if entry[0] <= 0:
+            if entry[0] <= 0 and entry[1].metadata.dst_node_id not in self.silent:
                 del self.unanswered[mid]
                 reply = Message(RecordDict(), reply_to=entry[1])
                 reply.metadata.__dict__["_reply_to_message_id"] = mid
@@ -89,6 +89,31 @@ def test_timeout_stops_the_exchange_and_a_refused_push_is_not_waited_for():
     inner = FakeGrid(refuse=3)
     replies = WindowedGrid(inner, 2, poll_interval=0).send_and_receive(_messages(range(6)))
     assert sorted(r.metadata.src_node_id for r in replies) == [0, 1, 2, 4, 5]
+
+
+def test_a_training_round_waits_for_stragglers_a_time_its_own_replies_give(monkeypatch):
+    """One of four never answers: once half are in, the round waits straggler_wait x that
+    long (at least the floor, shortened here), not its timeout, and counts the late reply. A
+    query or personalize exchange waits its timeout; straggler_wait 0 too."""
+    import time
+
+    from pfedgm_app.strategies import window
+
+    monkeypatch.setattr(window, "STRAGGLER_FLOOR", 0.3)
+    grid = WindowedGrid(FakeGrid(silent=[3]), 0, poll_interval=0.01, straggler_wait=2.0)
+    started = time.monotonic()
+    replies = grid.send_and_receive(_messages(range(4)), timeout=60)
+    assert len(replies) == 3 and grid.late == 1 and time.monotonic() - started < 5
+    for kind in (MessageType.QUERY, "train.personalize"):
+        waited = WindowedGrid(FakeGrid(silent=[3]), 0, poll_interval=0.01, straggler_wait=2.0)
+        msgs = [Message(RecordDict(), dst_node_id=n, message_type=kind) for n in range(4)]
+        started = time.monotonic()
+        assert len(waited.send_and_receive(msgs, timeout=1.0)) == 3
+        assert time.monotonic() - started >= 1.0, kind
+    off = WindowedGrid(FakeGrid(silent=[3]), 0, poll_interval=0.01)
+    started = time.monotonic()
+    assert len(off.send_and_receive(_messages(range(4)), timeout=1.0)) == 3
+    assert time.monotonic() - started >= 1.0
 
 
 def test_delegates_everything_else():

@@ -28,6 +28,7 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 AUTO = -1  # run-config `messages-in-flight`: chosen by where the ServerApp runs
+STRAGGLER_FLOOR = 30.0  # seconds a training round's stragglers get at least (`WindowedGrid`)
 
 
 def in_simulation_engine() -> bool:
@@ -58,12 +59,23 @@ class WindowedGrid(Grid):
     The replies and their contents are those of `grid.send_and_receive`; only the order in
     which messages are pushed differs (the input order, `window` at a time). `timeout` bounds
     the whole exchange, as Flower's: messages not yet pushed when it expires are not sent.
+
+    A training round waits for its stragglers a time its own replies give: once every
+    `train` message is pushed and half of them answered, the rest get `straggler_wait` times
+    as long as that half took (at least `STRAGGLER_FLOOR` seconds), not the whole `timeout`:
+    a client that never answers (or answers another round's message) holds a round for that
+    long, not an hour. The replies then missing are counted in `late`. Other exchanges
+    (queries, which may decode data first; the personalize round, whose every client counts)
+    wait for `timeout`. `straggler_wait` 0: every exchange waits for `timeout`.
     """
 
-    def __init__(self, grid: Grid, window: int, poll_interval: float = 0.1) -> None:
+    def __init__(
+        self, grid: Grid, window: int, poll_interval: float = 0.1, straggler_wait: float = 0.0
+    ) -> None:
         if window < 0:
             raise ValueError(f"window must be >= 0 (0: no limit), got {window}")
         self.grid, self.window, self.poll_interval = grid, window, poll_interval
+        self.straggler_wait, self.late = straggler_wait, 0
 
     # -- delegated (Flower's run and node types are not public: passed through unannotated) --
     def set_run(self, run) -> None:
@@ -104,7 +116,11 @@ class WindowedGrid(Grid):
         limit)."""
         pending = list(messages)
         pending.reverse()  # pop() from the end sends them in the given order
-        deadline = None if timeout is None else time.monotonic() + timeout
+        start, total = time.monotonic(), len(pending)
+        deadline = None if timeout is None else start + timeout
+        stragglers = self.straggler_wait and all(
+            m.metadata.message_type == "train" for m in pending
+        )
         in_flight: set[str] = set()
         replies: list[Message] = []
         while pending or in_flight:
@@ -115,7 +131,12 @@ class WindowedGrid(Grid):
             arrived = list(self.grid.pull_messages(in_flight)) if in_flight else []
             replies.extend(arrived)
             in_flight.difference_update(m.metadata.reply_to_message_id for m in arrived)
-            if deadline is not None and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if stragglers and not pending and 2 * len(replies) >= total > 1:
+                cap = now + max(STRAGGLER_FLOOR, self.straggler_wait * (now - start))
+                deadline, stragglers = cap if deadline is None else min(deadline, cap), False
+            if deadline is not None and now >= deadline:
+                self.late += len(in_flight)
                 break
             if not arrived:
                 time.sleep(self.poll_interval)
