@@ -35,9 +35,16 @@ def write_images(source: Path, out: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
+    import argparse
+
     from pfedgm_app.data.shared import find_shared
 
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "images"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    default = Path(__file__).parent / "images"
+    parser.add_argument(
+        "out", nargs="?", type=Path, default=default, help="default: " + str(default)
+    )
+    out = parser.parse_args().out
     source = find_shared("cifar10", (Path.cwd(), Path(__file__).parent))
     if source is None:
         sys.exit("make_images: no <ancestor>/shared/data/cifar10 above here or this checkout")

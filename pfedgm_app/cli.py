@@ -162,3 +162,7 @@ def _refuse(problems: list[str]) -> NoReturn:
     for line in problems:
         click.echo(line, err=True)
     sys.exit(2)
+
+
+if __name__ == "__main__":  # python -m pfedgm_app.cli, as the `pfedgm` command
+    main()

@@ -187,7 +187,7 @@ def model_file(path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="pfedgm predict", description=__doc__.splitlines()[0])
     parser.add_argument(
         "model",
         type=Path,

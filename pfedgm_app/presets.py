@@ -19,6 +19,7 @@ about 116 per client at 1000 clients, the paper's about 814; see that folder's R
 from __future__ import annotations
 
 import argparse
+import difflib
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,8 +133,11 @@ def preset_keys(name: str) -> dict[str, Any]:
     path = Path(name).expanduser()
     if name.endswith(".toml") and path.is_file():
         return tomllib.loads(path.read_text())
+    nearest = difflib.get_close_matches(name, list(PRESETS), n=3)
+    hint = f"did you mean {', '.join(nearest)}?" if nearest else "`pfedgm paper list` lists them"
     raise ConfigError(
-        f"unknown preset {name!r}: give one of {sorted(PRESETS)} or the path of a TOML file"
+        f"unknown preset {name!r}: {hint} (a preset's name, or the path of a TOML file; "
+        f"{len(PRESETS)} presets)"
     )
 
 

@@ -196,3 +196,23 @@ def test_paper_and_predict_are_their_own_commands(tmp_path):
     result = pfedgm("predict", str(tmp_path), str(tmp_path))
     assert result.exit_code == 2
     assert result.stderr.startswith(f"predict: {tmp_path}: no client-<id>.safetensors in it")
+
+
+def test_help_and_module_entry_points_name_themselves_and_write_nothing(tmp_path):
+    """`pfedgm predict --help` names its command; `python -m pfedgm_app.cli` is `pfedgm`;
+    `examples/make_images.py --help` prints its usage and writes no image; an unknown preset
+    gets the nearest names, not the list of all."""
+    from pfedgm_app.presets import preset_keys
+    from pfedgm_app.settings import ConfigError
+
+    def run(*args):
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=120)  # fmt: skip
+
+    assert run("-m", "pfedgm_app.predict", "--help").stdout.startswith("usage: pfedgm predict")
+    assert "check" in run("-m", "pfedgm_app.cli", "--help").stdout
+    made = run(str(APP_DIR / "examples" / "make_images.py"), "--help")
+    assert made.stdout.startswith("usage:") and not any(tmp_path.iterdir())
+    with pytest.raises(ConfigError, match=r"did you mean cifar100-dir05") as err:
+        preset_keys("cifar100-dir5")
+    assert "tinyimagenet" not in str(err.value)
