@@ -18,13 +18,7 @@ from flwr.serverapp import Grid
 from . import checkpoint, initial_model, wire
 from .config import RunConfig
 from .data import Protocol
-from .federation import (
-    known_sizes,
-    model_input,
-    node_partitions,
-    query_new_nodes,
-    use_known_sizes,
-)
+from .federation import known_sizes, model_input, node_partitions, query_new_nodes, use_known_sizes
 from .methods import ClientPlugin, Method
 from .results import RunWriter, accuracy_by_type, evaluation_row
 from .settings import ConfigError, Settings
@@ -66,6 +60,7 @@ def experiment(
     if initial is not None:
         arrays = initial_model.fit(initial, arrays)
         log(INFO, "pFedGM app: starting from %s", initial.describe())
+        writer.rounds_before = initial.rounds  # the run's budget counts the model's rounds
     strategy.check_initial(arrays)
     writer.write_config(cfg, settings, len(clients))  # the first file: every check passed
     done = 0

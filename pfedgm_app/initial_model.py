@@ -47,6 +47,11 @@ class InitialModel:
     arrays: dict[str, torch.Tensor]
     config: dict[str, Any]
 
+    @property
+    def rounds(self) -> int:
+        """The rounds that trained the stored model (its run's `num-server-rounds`)."""
+        return int(self.config.get("num-server-rounds", 0) or 0)
+
     def describe(self) -> str:
         """'a pfedgm model of /x (20 rounds on /data/mnist)'."""
         c = self.config

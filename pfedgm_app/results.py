@@ -42,6 +42,7 @@ class RunWriter:
         self.dropped: list[str] = []  # Phase 1's dropped replies ("round r: node n: why")
         self.rounds_without_update: dict[int, str] = {}  # round -> why nothing was aggregated
         self.suspects: list[str] = []  # replies that moved a round beyond one client's worth
+        self.rounds_before = 0  # rounds that trained its `initial-model` (summary's)
 
     @classmethod
     def create(cls, cfg: RunConfig, settings: Settings, started: float | None = None) -> RunWriter:
@@ -194,6 +195,7 @@ class RunWriter:
         }
         if cfg.protocol != "standard":
             summary["protocol"] = cfg.protocol
+        summary |= {"rounds-before": self.rounds_before} if self.rounds_before else {}
         if self.resumed_after:  # seconds-total spans the sittings; the other seconds, this one's
             summary["resumed-after-round"] = self.resumed_after
         if by_type:

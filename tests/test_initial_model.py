@@ -17,7 +17,7 @@ from pfedgm_app.config import RunConfig
 from pfedgm_app.experiment import initial_arrays
 from pfedgm_app.initial_model import load_state
 from pfedgm_app.methods import get_method, parse_run_config
-from pfedgm_app.paper import cli
+from pfedgm_app.paper import cli, records
 from pfedgm_app.results import RunWriter
 from pfedgm_app.run_folder import RunFolder
 from pfedgm_app.settings import ConfigError
@@ -166,7 +166,7 @@ def test_collect_leaves_a_model_over_the_committed_size_in_the_runs_folder(
     (one line names it); the run's own folder keeps it, and the records are copied."""
     out, to = tmp_path / "out", tmp_path / "collected"
     source, _ = _finished(out / "mnist" / "pfedgm" / "seed0", "safetensors")
-    monkeypatch.setattr(cli, "MAX_KEPT_MODEL", source.global_model.stat().st_size - 1)
+    monkeypatch.setattr(records, "MAX_KEPT_MODEL", source.global_model.stat().st_size - 1)
     assert cli.main(["collect", "--out", str(out), "--to", str(to)]) == 0
     kept = RunFolder(to / "mnist" / "pfedgm" / "seed0")
     assert kept.finished and not kept.global_model.exists() and source.global_model.exists()
@@ -246,6 +246,10 @@ def test_a_run_with_no_rounds_only_personalizes_and_a_misfit_sends_nothing(tmp_p
     summary, _ = run_inprocess(cfg, 2, client_app=_recording(kinds))
     assert kinds == ["query"] * 2 + ["train.personalize"] * 2
     assert summary["rounds"] == 0 and summary["num-clients-evaluated"] == 2
+    assert summary["rounds-before"] == 1  # the budget behind its model: the stored run's
+    collected = tmp_path / "collected"
+    records.copy_results(RunFolder(tmp_path / "joined"), collected)
+    assert RunFolder(collected).finished and not RunFolder(collected).global_model.exists()
     rows = RunFolder(tmp_path / "joined").read_rounds()
     assert [r["round"] for r in rows] == [0] and "loss" not in rows[0]
     from pfedgm_app.personal_model import load

@@ -95,7 +95,7 @@ def read_cell(out: Path, column: str, row: Row) -> Cell | None:
         means.append(mean), stds.append(std)
         minutes.append(summary.get("seconds-total", float("nan")) / 60)
         per_round.append(summary.get("seconds-per-round", float("nan")))
-        rounds.add(int(summary.get("rounds", 0)))
+        rounds.add(int(summary.get("rounds", 0)) + int(summary.get("rounds-before", 0)))
         per_client.update({(seed, pid): v for pid, v in rows.items()})
     if not means:
         return None

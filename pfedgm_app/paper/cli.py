@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..methods import METHODS
 from ..run_folder import RunFolder
+from . import records
 from .flwr_cli import APP_DIR
 from .grid import PAPER_ROUNDS, TABLES, runs
 from .runner import ENGINES, Engine, run_grid
@@ -173,58 +174,6 @@ def _run(args) -> int:
     return 1 if failures else 0
 
 
-MAX_KEPT_MODEL = 1 << 20  # a collected model is committed beside its records: small ones only
-
-
-def copy_results(source: RunFolder, to: Path, run_name: str | None = None) -> bool:
-    """What the tables and figures read of a finished run (summary, clients, rounds, config)
-    and its final global model, copied into `to` with no absolute path of this machine
-    (`records.rewrite`: the output folder becomes `run_name`, default `to`'s name); no
-    checkpoint. The model, safetensors, lets a later study start from `to` (`initial-model`,
-    `num-server-rounds=0`): an earlier version's `global_model.pt` is converted
-    (`convert_legacy`); one over `MAX_KEPT_MODEL` (TinyImageNet's CNN) stays in the run's own
-    folder only. Returns whether `to` holds the model."""
-    import shutil
-
-    from .records import rewrite
-
-    to.mkdir(parents=True, exist_ok=True)
-    kept = RunFolder(to)
-    for path in (source.summary, source.clients, source.rounds, source.config, source.global_model):
-        if path.exists():
-            shutil.copy2(path, to / path.name)
-    if not source.global_model.exists() and source.legacy_global_model.exists():
-        convert_legacy(source.legacy_global_model, kept.global_model)
-    if kept.global_model.exists() and kept.global_model.stat().st_size > MAX_KEPT_MODEL:
-        kept.global_model.unlink()  # a results folder is committed: the run's own copy stays
-        print(f"{source.global_model}: over {MAX_KEPT_MODEL >> 20} MiB, not collected")
-    rewrite(kept, run_name or to.name)
-    return kept.global_model.exists()
-
-
-def convert_legacy(pt: Path, to: Path) -> bool:
-    """An earlier version's `global_model.pt` (the app's own output on this machine, unpickled
-    as tensors only: `weights_only`) saved as safetensors at `to`; else False, with one line
-    naming the file (the run's records are copied all the same)."""
-    import torch
-
-    from ..initial_model import save_state
-
-    try:
-        state = torch.load(pt, map_location="cpu", weights_only=True)
-        if not isinstance(state, dict) or not all(
-            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
-        ):
-            raise ValueError("not a state dict of tensors")
-        save_state(state, to)
-    except Exception as exc:  # noqa: BLE001 (whatever the file holds: one line, the next run)
-        to.unlink(missing_ok=True)
-        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        print(f"{pt}: model not collected ({why})", file=sys.stderr)
-        return False
-    return True
-
-
 def _collect(args) -> int:
     if not args.out.is_dir():
         raise ValueError(f"--out {args.out}: no such folder")
@@ -232,7 +181,7 @@ def _collect(args) -> int:
     for folder in map(RunFolder, sorted(args.out.glob("*/*/seed*"))):
         if folder.finished:
             name = folder.path.relative_to(args.out)
-            models += copy_results(folder, args.to / name, str(name))
+            models += records.copy_results(folder, args.to / name, str(name))
             count += 1
     print(f"{count} finished runs copied to {args.to}, {models} with their global model")
     return 0

@@ -4,7 +4,8 @@ the machine that ran it.
 A dataset under a `shared/data/<name>` folder becomes `shared:<name>` (the form `dataset`
 itself accepts, `data/sources.py`); an output folder becomes the run's folder below the results
 folder it was collected into (`<preset>/<run>/seed<seed>`); any other absolute path keeps its
-last part only. `pfedgm-paper collect` writes records this way;
+last part only. `pfedgm-paper collect` writes records this way (`copy_results`: the records
+and the run's final global model);
 
     python -m pfedgm_app.paper.records FOLDER...
 
@@ -14,6 +15,7 @@ rewrites the config.json and summary.json files below each FOLDER in place.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -63,6 +65,58 @@ def rewrite(folder: RunFolder, run_name: str) -> None:
             path.write_text(
                 json.dumps(portable_record(record, run_name), indent=2, sort_keys=True) + "\n"
             )
+
+
+MAX_KEPT_MODEL = 1 << 20  # a collected model is committed beside its records: small ones only
+
+
+def copy_results(source: RunFolder, to: Path, run_name: str | None = None) -> bool:
+    """What the tables and figures read of a finished run (summary, clients, rounds, config)
+    and its final global model, copied into `to` with no absolute path of this machine
+    (`records.rewrite`: the output folder becomes `run_name`, default `to`'s name); no
+    checkpoint. The model, safetensors, lets a later study start from `to` (`initial-model`,
+    `num-server-rounds=0`): an earlier version's `global_model.pt` is converted
+    (`convert_legacy`); one over `MAX_KEPT_MODEL` (TinyImageNet's CNN) stays in the run's own
+    folder only, and a run of no round keeps none (it is its initial-model's). Returns whether
+    `to` holds the model."""
+    to.mkdir(parents=True, exist_ok=True)
+    kept = RunFolder(to)
+    for path in (source.summary, source.clients, source.rounds, source.config, source.global_model):
+        if path.exists():
+            shutil.copy2(path, to / path.name)
+    if not source.global_model.exists() and source.legacy_global_model.exists():
+        convert_legacy(source.legacy_global_model, kept.global_model)
+    trained = int(source.read_config().get("num-server-rounds", 1)) if source.config.exists() else 1
+    if kept.global_model.exists() and not trained:  # its model is its initial-model's
+        kept.global_model.unlink()
+    elif kept.global_model.exists() and kept.global_model.stat().st_size > MAX_KEPT_MODEL:
+        kept.global_model.unlink()  # a results folder is committed: the run's own copy stays
+        print(f"{source.global_model}: over {MAX_KEPT_MODEL >> 20} MiB, not collected")
+    rewrite(kept, run_name or to.name)
+    return kept.global_model.exists()
+
+
+def convert_legacy(pt: Path, to: Path) -> bool:
+    """An earlier version's `global_model.pt` (the app's own output on this machine, unpickled
+    as tensors only: `weights_only`) saved as safetensors at `to`; else False, with one line
+    naming the file (the run's records are copied all the same)."""
+    import torch
+
+    from ..initial_model import save_state
+
+    try:
+        state = torch.load(pt, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+        ):
+            raise ValueError("not a state dict of tensors")
+        save_state(state, to)
+    except Exception as exc:  # noqa: BLE001 (whatever the file holds: one line, the next run)
+        to.unlink(missing_ok=True)
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"{pt}: model not collected ({why})", file=sys.stderr)
+        return False
+    return True
 
 
 def main(argv: list[str]) -> int:
