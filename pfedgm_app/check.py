@@ -10,6 +10,7 @@ a second. The app repeats every check where it runs; this one only answers soone
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -20,6 +21,7 @@ from .config import RunConfig
 from .method_settings import parse, run_config_keys
 from .run_folder import RunFolder
 from .settings import ConfigError
+from .shared_data import shared_parquet
 
 # Flower's reading of `--run-config 'k1=v1 k2="v 2"'` (flwr.common.config.parse_config_args):
 # key=value pairs separated by spaces, each value TOML.
@@ -94,23 +96,59 @@ def unknown_key(key: str, known: Mapping[str, Any]) -> str:
 
 
 def dataset_problems(dataset: str) -> list[str]:
-    """A local path (as `data.resolve_dataset` tells one: it starts with /, . or ~) that does
-    not exist. Hub ids and `shared:<folder>` are resolved where the app runs."""
+    """What the run would not find here: a local path (as `data.resolve_dataset` tells one:
+    it starts with /, . or ~) that does not exist; `shared:<folder>` with no such copy above
+    this folder or the app; a hub id with `HF_HUB_OFFLINE` set and no copy in the local
+    Hugging Face cache. (A run on another machine looks again there.)"""
     path = Path(dataset).expanduser()
-    if not dataset.startswith(("/", ".", "~")) or path.exists():
+    if dataset.startswith("shared:"):
+        if shared_parquet(name := dataset.removeprefix("shared:")) is None:
+            return [
+                f"dataset {dataset!r}: no <ancestor>/shared/data/{name} with parquet files above "
+                f"{Path.cwd()} or the app; give the absolute path of a local copy"
+            ]
         return []
-    return [
-        f"dataset: no such path {path}; give the absolute path of a local copy (parquet "
-        "splits or an image folder) or a hub id"
-    ]
+    if dataset.startswith(("/", ".", "~")):
+        if path.exists():
+            return []
+        return [
+            f"dataset: no such path {path}; give the absolute path of a local copy (parquet "
+            "splits or an image folder) or a hub id"
+        ]
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true") and not hub_cached(dataset):
+        return [
+            f"dataset {dataset!r}: HF_HUB_OFFLINE is set and the local Hugging Face cache has no "
+            "copy of it; unset HF_HUB_OFFLINE, or give a local copy (e.g. dataset='shared:"
+            f"{dataset.rsplit('/', 1)[-1]}' or an absolute path)"
+        ]
+    return []
+
+
+def hub_cached(dataset: str) -> bool:
+    """Whether the local Hugging Face caches (`HF_HOME`, `HF_DATASETS_CACHE`,
+    `HF_HUB_CACHE`) hold anything of hub dataset `dataset` ("org/name")."""
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")).expanduser()
+    datasets_cache = Path(os.environ.get("HF_DATASETS_CACHE", home / "datasets")).expanduser()
+    hub_cache = Path(os.environ.get("HF_HUB_CACHE", home / "hub")).expanduser()
+    org_name = dataset.replace("/", "___")
+    return (datasets_cache / org_name).is_dir() or any(
+        hub_cache.glob(f"datasets--{dataset.replace('/', '--')}")
+    )
 
 
 def output_dir_problems(cfg: RunConfig) -> list[str]:
-    """What the run would refuse of `output-dir` before its first round: a finished run's
+    """What the run would refuse or misplace of `output-dir` before its first round: a
+    relative path (resolved in the SuperLink's folder, not here), a finished run's
     folder (`results.RunWriter.create`); with resume=true, a folder with no run to continue
     (`checkpoint.check_resume`)."""
     if not cfg.output_dir:
         return []
+    if not Path(cfg.output_dir).expanduser().is_absolute():
+        return [
+            f"output-dir {cfg.output_dir!r} is relative: the ServerApp runs in the managed "
+            f"SuperLink's folder, not here; give an absolute path, e.g. "
+            f"output-dir='{Path(cfg.output_dir).expanduser().resolve()}'"
+        ]
     folder = RunFolder(Path(cfg.output_dir).expanduser().resolve())
     if cfg.resume and folder.finished:
         return [

@@ -22,6 +22,13 @@ from pfedgm_app.presets import PRESETS
 from pfedgm_app.run_folder import RunFolder
 
 
+@pytest.fixture(autouse=True)
+def _online(monkeypatch):
+    """Hub ids pass `check` here (CI runs offline, where they would not: the test of that
+    sets HF_HUB_OFFLINE itself)."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+
 def pfedgm(*args: str):
     return CliRunner().invoke(main, list(args))
 
@@ -85,6 +92,26 @@ def test_check_refuses_a_missing_dataset_path_and_a_finished_output_dir(tmp_path
         assert len(lines) == 1 and lines[0].startswith(f"output-dir {finished}"), lines
         assert "finished" in lines[0]
     assert pfedgm("check", "-c", f"output-dir='{tmp_path / 'fresh'}'").exit_code == 0
+
+
+def test_check_refuses_what_the_run_would_not_find_or_would_misplace(tmp_path, monkeypatch):
+    """A relative output-dir (the ServerApp resolves it elsewhere), a shared: copy that is not
+    above here, a hub id while HF_HUB_OFFLINE is set and the cache lacks it; each in one line
+    with what to give instead. The local shared copy and a cached hub id pass."""
+    monkeypatch.chdir(tmp_path)
+    lines = refused("check", "-c", "output-dir='out'")
+    assert lines == [
+        "output-dir 'out' is relative: the ServerApp runs in the managed SuperLink's folder, not "
+        f"here; give an absolute path, e.g. output-dir='{tmp_path / 'out'}'"
+    ]
+    assert refused("check", "-c", "dataset='shared:nowhere'")[0].startswith(
+        "dataset 'shared:nowhere': no <ancestor>/shared/data/nowhere with parquet files"
+    )
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert "HF_HUB_OFFLINE is set" in refused("check", "-c", "dataset='uoft-cs/cifar10'")[0]
+    (tmp_path / "hf" / "datasets" / "uoft-cs___cifar10").mkdir(parents=True)
+    assert pfedgm("check", "-c", "dataset='uoft-cs/cifar10'").exit_code == 0
 
 
 def test_check_says_every_independent_problem_in_its_own_line(tmp_path):

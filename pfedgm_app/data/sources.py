@@ -16,7 +16,7 @@ import numpy as np
 
 from ..models import GENERATORS
 from ..settings import ConfigError
-from .shared import find_shared
+from ..shared_data import shared_parquet
 
 if TYPE_CHECKING:
     import datasets
@@ -75,13 +75,10 @@ def resolve_dataset(dataset: str) -> str:
     local path or an unknown dataset name.
     """
     if dataset.startswith(SHARED):
-        name = dataset[len(SHARED) :]
-        starts = (Path.cwd(), Path(__file__).resolve().parents[1])
-        found = find_shared(name, starts, lambda f: any(f.glob("*.parquet")))
-        if found is None:
+        if (found := shared_parquet(name := dataset[len(SHARED) :])) is None:
             raise ConfigError(
                 f"dataset {dataset!r}: no <ancestor>/shared/data/{name} with parquet files above "
-                f"{' or '.join(map(str, starts))}; give the absolute path of a local copy instead"
+                f"{Path.cwd()} or the app; give the absolute path of a local copy instead"
             )
         return str(found)
     looks_local = dataset.startswith(("/", ".", "~")) or os.sep + os.sep in dataset

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..shared_data import find_shared
 from .severities import FOG, FROST, level
-from .shared import find_shared
 
 # The reference draws randint(5): frost6 is shipped but never used.
 FROST_FILES = ("frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg")

@@ -1,4 +1,5 @@
-"""Where the offline copies of the data live beside a checkout: `../shared/data/<name>`."""
+"""Where the offline copies of the data live beside a checkout: `../shared/data/<name>`.
+Standard library only: `pfedgm check` looks there without importing the data pipeline."""
 
 from __future__ import annotations
 
@@ -18,3 +19,10 @@ def find_shared(
             if accept(folder):
                 return folder
     return None
+
+
+def shared_parquet(name: str) -> Path | None:
+    """`dataset='shared:<name>'`'s folder: the first `<ancestor>/shared/data/<name>` holding
+    parquet files above the working directory or the app, or None."""
+    starts = (Path.cwd(), Path(__file__).resolve().parents[1])
+    return find_shared(name, starts, lambda f: any(f.glob("*.parquet")))
