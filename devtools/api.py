@@ -22,7 +22,9 @@ API = ROOT / "docs" / "api"
 MODULES = (
     "pfedgm_app.strategies",
     "pfedgm_app.phases",
+    "pfedgm_app.phase_data",
     "pfedgm_app.gaussian",
+    "pfedgm_app.adaptation",
     "pfedgm_app.replies",
     "pfedgm_app.data.partitioner",
 )
