@@ -103,6 +103,18 @@ def test_a_cell_is_the_seeds_mean_of_test_size_weighted_means_and_stds(tmp_path)
     assert fa.mean == pytest.approx(cell.mean / 2)
 
 
+def test_a_run_from_a_kept_model_counts_the_models_rounds(tmp_path):
+    """Phase 2 alone (0 rounds) from a 200-round model: a cell of 200 rounds, within the
+    paper's protocol; without rounds-before it is a 0-round departure."""
+    folder = _fake_run(tmp_path, "cifar10-dir05", "pfedgm", 0, [0.5], rounds=0)
+    folder.write_config({"num-server-rounds": 0, "local-epochs": 5, "pool-size": 0})
+    bare = read_cell(tmp_path, "cifar10-dir05", grid.method_row("pfedgm"))
+    assert bare.rounds == 0 and bare.differences == ["0 rounds (paper 200)"]
+    folder.write_summary({**folder.read_summary(), "rounds-before": 200})
+    kept = read_cell(tmp_path, "cifar10-dir05", grid.method_row("pfedgm"))
+    assert kept.rounds == 200 and kept.differences == []
+
+
 def test_a_version_1_run_renders_as_its_version_2_twin(tmp_path):
     """The committed records under results/ (format version 1) give the numbers a run of
     today writes, to the last digit."""

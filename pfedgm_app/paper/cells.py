@@ -88,8 +88,10 @@ def read_cell(out: Path, column: str, row: Row) -> Cell | None:
             continue
         stored = RunFolder(folder)
         summary = stored.read_summary()
-        if stored.config.exists():
-            found = protocol_differences(stored.read_config(), column)
+        if stored.config.exists():  # a run from a kept model: its model's rounds count too
+            config = stored.read_config()
+            budget = int(config.get("num-server-rounds", 0)) + int(summary.get("rounds-before", 0))
+            found = protocol_differences({**config, "num-server-rounds": budget}, column)
             differences += [d for d in found if d not in differences]
         mean, std, _ = accuracy_stats([v for v, _ in rows.values()], [w for _, w in rows.values()])
         means.append(mean), stds.append(std)
