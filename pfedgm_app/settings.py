@@ -16,10 +16,7 @@ import math
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Self
-
-if TYPE_CHECKING:
-    from .config import RunConfig
+from typing import Any, ClassVar, Self
 
 
 class ConfigError(ValueError):
@@ -113,9 +110,9 @@ class Settings:
         """Keyword arguments of the method's strategy that these settings fix (none here)."""
         return {}
 
-    def validate(self, run: RunConfig) -> None:
+    def validate(self, run: Settings) -> None:
         """Raise ConfigError for a value out of its declared bound; `run` is the run's common
-        settings, for checks that relate both (e.g. FedRep's generator epochs <= local epochs).
+        settings (`config.RunConfig`), for checks that relate both (e.g. FedRep's generator epochs <= local epochs).
         """
         for f in fields(self):
             value, key = getattr(self, f.name), self.key(f.name)
