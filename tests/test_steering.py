@@ -42,12 +42,13 @@ def steering(msg, context):
     return reply
 
 
-def test_a_forged_size_counts_its_true_size_and_a_flipped_update_is_named(tmp_path, mnist):
+def test_a_forged_size_counts_its_true_size_and_a_flipped_update_is_named(tmp_path, mnist, caplog):
     """The server computes each partition's sizes: partition 1's forged report is named, its
     train replies claiming more are dropped, its personalize row refused, so the headline is
     the honest clients'. Partition 0's flipped update is inside every bound and is named as
     pulling against the others in every round, in rounds.jsonl and summary.json."""
     out = tmp_path / "steered"
+    caplog.set_level("INFO", logger="flwr")
     summary, _ = run_inprocess({**RUN, "dataset": str(mnist), "output-dir": str(out)}, 6,
                                client_app=steering)  # fmt: skip
     rows = {int(r["partition-id"]): r for r in RunFolder(out).read_clients()}
@@ -61,3 +62,5 @@ def test_a_forged_size_counts_its_true_size_and_a_flipped_update_is_named(tmp_pa
     lines = RunFolder(out).read_rounds()
     assert all(any("pulls against" in s for s in r["suspects"]) for r in lines[:3])
     assert all(r["update-pull-min"] < -2 for r in lines[:3])
+    last = [r for r in caplog.records if r.name == "flwr"][-1]  # the run's last line
+    assert last.levelname == "WARNING" and "the result is suspect" in last.getMessage()
