@@ -111,5 +111,7 @@ def test_hostile_clients_neither_end_the_run_nor_enter_its_numbers(flower_env, t
     assert all(r["updates-clipped"] == 1 for r in lines)  # partition 3's scaled copy
     honest = run_app({**cfg, "output-dir": str(tmp_path / "honest")}, 5, flower_env)
     assert honest.ok, honest.log[-3000:]
+    assert honest.summary["suspects"] == []  # an honest run names no one
+    assert any("node" in s for s in summary["suspects"])  # partition 3's copy, clipped
     assert abs(summary["mean-accuracy"] - honest.summary["mean-accuracy"]) < 15, (
         summary["mean-accuracy"], honest.summary["mean-accuracy"])  # fmt: skip
