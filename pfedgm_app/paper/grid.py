@@ -109,14 +109,16 @@ FINALISTS = (
 )
 
 # The navigator's scale at the full budget (docs/notes/navigator-std.md): mu^0's std 1 (the
-# default, the last row), 0.3 and 1/sqrt(d) (d = 128, the CIFAR CNN's features), and NPO at
-# 1/sqrt(d), 200 rounds on validation. Ranked by the readings study's rule.
+# default, the last row), 0.3 and 1/sqrt(d) (d = 128, the CIFAR CNN's features), NPO at
+# 1/sqrt(d), and 0.03, a step below the smallest (which led at 200 rounds), on validation.
+# Ranked by the readings study's rule.
 LAYER_STD = 128**-0.5
 NAVIGATOR_STD = tuple(
     _variant(name, label, **VALIDATION, **keys)
     for name, label, keys in (
         ("val-std-layer", "std 1/sqrt(d)", {"navigator-std": LAYER_STD}),
         ("val-std-0.3", "std 0.3", {"navigator-std": 0.3}),
+        ("val-std-0.03", "std 0.03", {"navigator-std": 0.03}),
         (
             "val-std-layer-npo",
             "std 1/sqrt(d), NPO (no R_c)",
