@@ -112,7 +112,8 @@ class Settings:
 
     def validate(self, run: Settings) -> None:
         """Raise ConfigError for a value out of its declared bound; `run` is the run's common
-        settings (`config.RunConfig`), for checks that relate both (e.g. FedRep's generator epochs <= local epochs).
+        settings (`config.RunConfig`), for checks that relate both (e.g. FedRep's generator
+        epochs <= local epochs).
         """
         for f in fields(self):
             value, key = getattr(self, f.name), self.key(f.name)
