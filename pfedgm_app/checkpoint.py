@@ -76,7 +76,7 @@ def load(run_dir: Path) -> tuple[int, ArrayRecord, dict]:
             "could run code), or is no checkpoint; resume only a run this version of the app "
             "wrote, or start a new run in another output-dir"
         ) from None
-    except Exception as exc:  # noqa: BLE001 (any unreadable file: one clear message)
+    except Exception as exc:  # any unreadable file: one clear message
         reason = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise ConfigError(f"cannot read {path}: {reason}") from exc
     arrays = payload.get("arrays") if isinstance(payload, dict) else None
@@ -220,7 +220,7 @@ class FolderLock:
 
     def __init__(self, run_dir: Path) -> None:
         self.path = RunFolder(run_dir).lock
-        self.file = open(self.path, "a")  # noqa: SIM115 (held open for the run's lifetime)
+        self.file = open(self.path, "a")  # held open for the run's lifetime
         try:
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -147,7 +147,7 @@ def _read_query(reply: Message, infos: dict[int, dict]) -> tuple[dict, str | Non
             return {}, problem
         info = dict(reply.content.metric_records[wire.METRICS])
         return info, query_reply_problem(info) or _other_input(info, infos)
-    except Exception as exc:  # noqa: BLE001 - the reply's fault, reported as its node's
+    except Exception as exc:  # the reply's fault, reported as its node's
         return {}, f"its query reply cannot be read ({type(exc).__name__})"
 
 
@@ -208,7 +208,7 @@ def known_sizes(protocol: Protocol, clients: dict[int, dict]) -> dict[int, dict[
         return {}
     try:
         splits = {n: client_split(protocol, pid) for n, pid in nodes.items()}
-    except Exception as exc:  # noqa: BLE001 - any reason the data cannot be read here
+    except Exception as exc:  # any reason the data cannot be read here
         why = " ".join(str(exc).split())[:REASON_CHARS]
         log(INFO, "pFedGM app: the clients' sizes are bounded, not known here (%s)", why)
         return {}

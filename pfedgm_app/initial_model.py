@@ -127,7 +127,7 @@ def read(cfg: RunConfig) -> InitialModel:
         )
     try:  # safetensors: tensors only, nothing in the file is run
         arrays = load_state(path)
-    except Exception as exc:  # noqa: BLE001 (any unreadable file: one clear message)
+    except Exception as exc:  # any unreadable file: one clear message
         why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ConfigError(f"{key}: {path} is not a readable model ({why})") from None
     if problem := values_problem(arrays):  # every client would fail on it, rounds later

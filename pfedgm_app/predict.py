@@ -79,7 +79,7 @@ def check_images(paths: list[Path], image_shape: tuple[int, int, int]) -> None:
                     size, kind, depth = im.size, im.mode, bits(im)
                     if size == (width, height) and depth:
                         pixels(im, mode)
-        except Exception as exc:  # noqa: BLE001 - the bytes are the input: any PIL error is theirs
+        except Exception as exc:  # the bytes are the input: any PIL error is theirs
             why = f"{type(exc).__name__}: {exc}".splitlines()[0]
             raise ImageError(
                 f"{path}: not an image, or a damaged one ({why}); remove it or give an intact copy"

@@ -213,7 +213,7 @@ class InProcessGrid(Grid):
     def run(self) -> Run:
         return self._run
 
-    def create_message(  # noqa: PLR0913 (Flower's signature)
+    def create_message(  # Flower's signature
         self,
         content: RecordDict,
         message_type: str,

@@ -326,7 +326,7 @@ def test_a_refusal_is_logged_once_and_other_errors_keep_their_traceback(caplog):
     def record(exc: Exception, level: int = logging.ERROR) -> logging.LogRecord:
         try:
             raise exc
-        except Exception:  # noqa: BLE001 - the record Flower builds
+        except Exception:  # the record Flower builds
             info = sys.exc_info()
         return logging.LogRecord("flwr", level, __file__, 1, "%s raised an exception",
                                  ("ServerApp",), info)  # fmt: skip

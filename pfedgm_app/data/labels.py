@@ -92,7 +92,7 @@ def _dataset_classes(dataset: str) -> tuple[str, ...]:
             if declared := _declared_classes(schema.metadata or {}):
                 return declared
             features = datasets.Features.from_arrow_schema(schema)
-        except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds
+        except Exception as exc:  # pyarrow raises several kinds
             raise ConfigError(f"{files[0]}: not a readable parquet file ({exc})") from exc
         label = features[_columns(source, features)[1]]
         if isinstance(label, datasets.ClassLabel):

@@ -154,7 +154,7 @@ def _load_splits(source: str) -> datasets.DatasetDict:
     if not path.exists():  # a hub id
         try:
             return datasets.load_dataset(source)
-        except Exception as exc:  # noqa: BLE001 - the hub raises many kinds; all mean the same
+        except Exception as exc:  # the hub raises many kinds; all mean the same
             raise ConfigError(
                 f"could not load hub dataset {source!r} ({type(exc).__name__}: {exc}). Without "
                 "access to the Hugging Face hub, download a copy elsewhere and pass its local "
@@ -166,11 +166,11 @@ def _load_splits(source: str) -> datasets.DatasetDict:
         for f in files:  # the footer names a truncated or foreign file before `datasets` fails
             try:
                 pq.read_metadata(f)
-            except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds
+            except Exception as exc:  # pyarrow raises several kinds
                 raise ConfigError(f"{f}: not a readable parquet file ({exc})") from exc
         try:
             return datasets.load_dataset("parquet", data_files={f.stem: str(f) for f in files})
-        except Exception as exc:  # noqa: BLE001 - a bad row group surfaces as many kinds
+        except Exception as exc:  # a bad row group surfaces as many kinds
             raise ConfigError(f"{source}: could not read its parquet files ({exc})") from exc
     if path.is_dir() and any(p.is_dir() for p in path.iterdir()):
         return _image_folder(path)

@@ -13,10 +13,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from ..plots import EVAL_MEAN  # noqa: E402
-from ..run_folder import RunFolder  # noqa: E402
+from ..plots import EVAL_MEAN
+from ..run_folder import RunFolder
 
 # (title, [(key, label)], log scale): the panels after the accuracy panel
 PANELS = (

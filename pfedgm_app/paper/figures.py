@@ -9,12 +9,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from ..run_folder import RunFolder  # noqa: E402
-from .cells import seed_folders  # noqa: E402
-from .grid import TABLES, Table  # noqa: E402
-from .render import read_table, row_curves  # noqa: E402
+from ..run_folder import RunFolder
+from .cells import seed_folders
+from .grid import TABLES, Table
+from .render import read_table, row_curves
 
 ABLATIONS = ("adaptation", "objective", "decoupling")
 TSNE_COLUMN, TSNE_RUN = "cifar10s-dir05-100c", "pfedgm"  # the paper's t-SNE: CIFAR-10S Dir(0.5)

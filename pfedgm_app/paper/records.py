@@ -111,7 +111,7 @@ def convert_legacy(pt: Path, to: Path) -> bool:
         ):
             raise ValueError("not a state dict of tensors")
         save_state(state, to)
-    except Exception as exc:  # noqa: BLE001 (whatever the file holds: one line, the next run)
+    except Exception as exc:  # whatever the file holds: one line, the next run
         to.unlink(missing_ok=True)
         why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         print(f"{pt}: model not collected ({why})", file=sys.stderr)

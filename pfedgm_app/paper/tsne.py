@@ -73,7 +73,7 @@ def representations(
             folder = RunFolder(Path(run_dir))
             try:  # safetensors: tensors only; torch's messages run to many lines
                 model.load_state_dict(load_state(folder.global_model))
-            except Exception:  # noqa: BLE001 (not safetensors, or another model's arrays)
+            except Exception:  # not safetensors, or another model's arrays
                 raise ConfigError(
                     f"{folder.global_model.name} in {run_dir} is not a safetensors file of "
                     f"its {folder.config.name}'s model"

@@ -77,7 +77,7 @@ class ReplyAdmission:
             return "a reply from a node not sampled in this round"
         try:
             return self.reply_problem(msg, current)
-        except Exception as exc:  # noqa: BLE001 - the reply's fault, reported as its node's
+        except Exception as exc:  # the reply's fault, reported as its node's
             return f"a reply that cannot be checked ({type(exc).__name__})"
 
     @property

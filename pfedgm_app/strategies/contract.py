@@ -37,7 +37,7 @@ def decode(key: str, array: object) -> tuple[np.ndarray | None, str | None]:
         values = array.numpy()  # np.load(..., allow_pickle=False): a pickle is refused
         declared = (str(array.dtype), tuple(array.shape))
         size = len(array.data)
-    except Exception as exc:  # noqa: BLE001 - malformed bytes, other stypes: the sender's fault
+    except Exception as exc:  # malformed bytes, other stypes: the sender's fault
         return None, f"'{key}' cannot be decoded ({type(exc).__name__})"
     if not isinstance(values, np.ndarray):
         return None, f"'{key}' is not an array"

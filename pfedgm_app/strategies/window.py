@@ -85,7 +85,7 @@ class WindowedGrid(Grid):
     def run(self):
         return self.grid.run
 
-    def create_message(  # noqa: PLR0913 (Flower's signature)
+    def create_message(  # Flower's signature
         self,
         content: RecordDict,
         message_type: str,
