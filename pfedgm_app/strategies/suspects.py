@@ -36,12 +36,13 @@ def flat_updates(records: list[dict[str, np.ndarray]], sent: dict[str, np.ndarra
     keys = sorted(set.intersection(*(set(r) for r in records)) & set(sent))
     total = sum(int(np.prod(sent[k].shape)) for k in keys)
     stride = max(1, -(-total // SAMPLED_COORDINATES))
-    rows = []
-    for record in records:
-        flat = np.concatenate(
-            [(record[k].astype(np.float64) - sent[k]).ravel() for k in keys] or [np.zeros(0)]
-        )
-        rows.append(flat[::stride])
+
+    def sampled(arrays: dict[str, np.ndarray]) -> np.ndarray:  # one copy, then every k-th
+        flat = np.concatenate([arrays[k].ravel() for k in keys] or [np.zeros(0)])
+        return flat[::stride].astype(np.float64)
+
+    base = sampled(sent)
+    rows = [sampled(record) - base for record in records]
     return np.stack(rows)
 
 
