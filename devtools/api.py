@@ -33,7 +33,9 @@ COMMAND = "python -m devtools.api"
 
 def versions() -> dict[str, str]:
     """What the pages depend on besides the code: the renderer, the inherited classes, Python."""
-    found = {name: version(name) for name in ("pdoc", "flwr", "torch", "flwr-datasets")}
+    # markupsafe escapes the quotes of defaults and pygments colours signatures: both change pages
+    names = ("pdoc", "markupsafe", "pygments", "flwr", "torch", "flwr-datasets")
+    found = {name: version(name) for name in names}
     return {**found, "python": ".".join(platform.python_version_tuple()[:2])}
 
 
