@@ -23,6 +23,7 @@ from .methods import ClientPlugin, Method
 from .results import RunWriter, accuracy_by_type, evaluation_row
 from .settings import ConfigError, Settings
 from .strategies import PersonalizationResult, PersonalizedFedAvg, summarize
+from .strategies.client_errors import error_cause
 
 
 def experiment(
@@ -79,6 +80,10 @@ def experiment(
     writer.finish(cfg, len(clients), *evaluation.run(arrays))
 
 
+class RunStopped(RuntimeError):
+    """No training round of a sitting could aggregate a reply: the message says why."""
+
+
 @dataclass
 class Rounds:
     """Phase 1's loop: each round the strategy samples and configures (`configure_train`), the
@@ -112,7 +117,9 @@ class Rounds:
                 metrics["replies-late"] = late
             if update is None:
                 problem = self.strategy.round_problem(server_round)
-                failed[server_round] = problem or first_failure(replies, len(messages))
+                failed[server_round] = problem or first_failure(
+                    replies, len(messages), self.strategy.dropped, server_round
+                )
                 log(
                     WARNING,
                     "round %d: no update aggregated (%s)",
@@ -123,11 +130,14 @@ class Rounds:
                 arrays = update
             after_round(server_round, arrays, metrics)
         if failed and len(failed) == self.last - done:
-            rounds = f"{min(failed)}-{max(failed)}" if len(failed) > 1 else str(min(failed))
-            raise RuntimeError(
-                f"no training round aggregated an update (rounds {rounds}); the first: "
-                f"{failed[min(failed)]}. Fix the clients' failure and run again (resume=true "
-                "continues from the last checkpoint)"
+            first, last = min(failed), max(failed)
+            rounds = f"rounds {first}-{last}" if last > first else f"round {first}"
+            # a sitting that resumed has a checkpoint worth continuing once the clients work
+            again = " (resume=true continues from the last checkpoint)" if done else ""
+            raise RunStopped(
+                f"no training round aggregated an update ({rounds}), so no model is "
+                f"personalized; fix the clients' failure and run again{again}. The first: "
+                f"{failed[first]}"
             )
         return arrays
 
@@ -135,13 +145,15 @@ class Rounds:
 AfterRound = Callable[[int, ArrayRecord, MetricRecord | None], None]
 
 
-def first_failure(replies: list, sent: int) -> str:
-    """Why a round had nothing to aggregate, in one line: the first client error, or the
-    replies missing."""
+def first_failure(replies: list, sent: int, dropped: list[str], server_round: int) -> str:
+    """Why a round had nothing to aggregate, in one line: the first client error, the first
+    reply the strategy dropped (its `dropped`: "round r: node n: why"), or replies missing."""
     for reply in replies:
         if reply.has_error():
-            reason = " ".join(str(reply.error.reason).split())[:300]
-            return f"node {reply.metadata.src_node_id}: {reason}"
+            return f"node {reply.metadata.src_node_id}: {error_cause(reply.error.reason)}"
+    prefix = f"round {server_round}: "
+    if why := next((d[len(prefix) :] for d in dropped if d.startswith(prefix)), None):
+        return why
     if len(replies) < sent:
         return f"{sent - len(replies)} of {sent} client(s) did not answer in time"
     return "every reply was dropped (see the warnings above)"

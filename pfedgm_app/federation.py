@@ -16,9 +16,10 @@ from . import wire
 from .config import RunConfig
 from .data import Protocol, client_split
 from .settings import ConfigError
+from .strategies.client_errors import error_cause
 from .strategies.contract import query_reply_problem
 
-REASON_CHARS = 300  # at most this much of a failed ClientApp's error reason is reported
+REASON_CHARS = 300  # at most this much of a reason a ClientApp gave is reported
 CAUSES = {"data": "could not load its data", "model-dir": "cannot save its personalized model"}
 
 
@@ -154,13 +155,10 @@ def _read_query(reply: Message, infos: dict[int, dict]) -> tuple[dict, str | Non
 def unavailable(reply: Message) -> str | None:
     """Why the node of a query reply cannot take part, in one line; None if it can. Its data
     could not be loaded, or its model folder cannot be written: the reason its ClientApp gave
-    (`wire.UNAVAILABLE`, its CAUSE the kind). Its ClientApp
-    failed otherwise (an error reply): Flower's error code and its reason, as Flower wrote it,
-    on one line and shortened."""
+    (`wire.UNAVAILABLE`, its CAUSE the kind). Its ClientApp failed otherwise (an error
+    reply): Flower's error code and the exception's name and message (`error_cause`)."""
     if reply.has_error():
-        reason = " ".join(reply.error.reason.split())
-        if len(reason) > REASON_CHARS:
-            reason = reason[: REASON_CHARS - 3] + "..."
+        reason = error_cause(reply.error.reason)
         return f"its ClientApp failed (Flower error code {reply.error.code}): {reason}"
     if wire.UNAVAILABLE in reply.content.config_records:
         record = reply.content.config_records[wire.UNAVAILABLE]

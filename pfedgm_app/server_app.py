@@ -17,7 +17,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from . import initial_model
 from .data import resolve_dataset
-from .experiment import experiment
+from .experiment import RunStopped, experiment
 from .federation import discover_clients
 from .methods import parse_run_config
 from .results import RunWriter
@@ -29,15 +29,16 @@ app = ServerApp()
 
 
 class ExplainedRefusal(logging.Filter):
-    """A run the app refuses (a `ConfigError`) has been explained in one `pFedGM app:` line;
-    Flower then logs the exception again with its whole traceback, burying that line. This
-    filter on Flower's logger keeps the line last: Flower's record of a ConfigError is dropped
-    and its traceback logged at DEBUG. Any other exception is logged as Flower logs it.
+    """A run the app refuses (a `ConfigError`) or stops (`RunStopped`: no round could train)
+    has been explained in one `pFedGM app:` line; Flower then logs the exception again with
+    its whole traceback, burying that line. This filter on Flower's logger keeps the line
+    last: Flower's record of such an exception is dropped and its traceback logged at DEBUG.
+    Any other exception is logged as Flower logs it, after the app's line.
     (The proposal to do this in Flower: docs/upstream/serverapp-user-error.md.)"""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if record.levelno < ERROR or not isinstance(exc, ConfigError):
+        if record.levelno < ERROR or not isinstance(exc, ConfigError | RunStopped):
             return True
         logging.getLogger("flwr").debug("the refused run's traceback", exc_info=record.exc_info)
         return False
@@ -63,9 +64,15 @@ def main(grid: Grid, context: Context) -> None:
         left_out: dict[int, str] = {}  # min-nodes: SuperNodes that could not take part, why
         clients = discover_clients(grid, cfg, left_out)  # the clients load their data
         experiment(grid, cfg, method, settings, writer, clients, left_out, initial)
-    except ConfigError as exc:
-        log(ERROR, "pFedGM app: %s", exc)
+    except Exception as exc:  # the cause in the app's words, the last line `pfedgm run` shows
+        log(ERROR, "pFedGM app: %s", _cause(exc))
         raise
     finally:
         if writer is not None:
             writer.close()
+
+
+def _cause(exc: Exception) -> str:
+    """One line: the app's own message, or an unexpected exception's name and message."""
+    text = " ".join(str(exc).split()) or "(no message)"
+    return text if isinstance(exc, ConfigError | RunStopped) else f"{type(exc).__name__}: {text}"

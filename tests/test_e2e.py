@@ -6,6 +6,8 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -118,6 +120,23 @@ def test_a_client_whose_data_is_corrupt_fails_the_run_before_round_1_in_one_line
     assert line and cause in line.group(), run.log[-3000:]
     # no ClientApp raised, and the ServerApp's refusal is its one line, with no traceback
     assert "Traceback" not in run.log, run.log[-3000:]
+
+
+def test_pfedgm_run_ends_a_diverged_run_with_its_cause_last(flower_env, tmp_path, mnist):
+    """At learning-rate 0.05 every MNIST client's loss goes non-finite in round 1: `pfedgm
+    run` exits 1 and its last line is the app's cause naming the learning rate, not Ray's
+    wrapper, and advises no resume (there is nothing to continue)."""
+    out = tmp_path / "out"
+    cfg = f"preset='smoke' dataset='{mnist}' learning-rate=0.05 output-dir='{out}'"
+    cmd = [sys.executable, "-m", "pfedgm_app.cli", "run", "--run-config", cfg]
+    cmd += ["--federation-config", "num-supernodes=4"]
+    done = subprocess.run(cmd, env=flower_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:]
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("pFedGM app: no training round aggregated an update"), last
+    assert "Diverged: training diverged" in last and "lower learning-rate" in last, last
+    assert "ray::" not in last and "resume" not in last, last
 
 
 def test_deployment_of_devices_with_their_own_data_survives_a_bad_and_a_killed_one(tmp_path, mnist):

@@ -306,11 +306,15 @@ def test_when_no_round_aggregates_the_run_stops_naming_the_rounds_not_personaliz
     seen = []
     rounds = Rounds(grid, strategy, last=2, timeout=10)
     with pytest.raises(
-        RuntimeError, match=r"rounds 1-2\); the first: node \d: ValueError: no data"
+        RuntimeError, match=r"rounds 1-2\), so no model .* The first: node \d: ValueError: no data"
     ):
         rounds.run(ArrayRecord({"w": Array(np.zeros(1))}), 0, lambda r, a, m: seen.append(m))
     # each round still reached the outputs and checkpoint, with the replies it dropped
     assert [dict(m) for m in seen] == [{"replies-dropped": 2}] * 2
+    # a resumed sitting has a checkpoint to continue from once the clients work: said so
+    with pytest.raises(RuntimeError, match=r"round 2\), so .*resume=true continues"):
+        resumed = Rounds(grid, strategy, last=2, timeout=10)
+        resumed.run(ArrayRecord({"w": Array(np.zeros(1))}), 1, lambda r, a, m: None)
 
 
 def test_a_refusal_is_logged_once_and_other_errors_keep_their_traceback(caplog):

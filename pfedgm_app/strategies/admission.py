@@ -13,6 +13,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
 
 from .. import wire
+from .client_errors import error_cause
 from .contract import MAX_SAMPLES, record_bytes, train_reply_problem
 from .personalization_result import PersonalizationResult, summarize
 
@@ -52,7 +53,7 @@ class ReplyAdmission:
         contract (`contract.train_reply_problem`, weights bounded by `reported`), the
         extras' contract, then `reject_reason`."""
         if msg.has_error():
-            return "error reply: " + " ".join(str(msg.error.reason).split())[:300]
+            return "error reply: " + error_cause(msg.error.reason)
         node, content = msg.metadata.src_node_id, msg.content
         bound = (self.reported or {}).get(node, {}).get(self.weighted_by_key)
         if current is not None and record_bytes(content) > 2 * model_bytes(current) + (1 << 20):

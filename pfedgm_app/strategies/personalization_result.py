@@ -14,6 +14,7 @@ from flwr.app import Message
 from flwr.common import log
 
 from .. import wire
+from .client_errors import error_cause
 from .contract import personalize_row_problem
 
 
@@ -51,7 +52,7 @@ def collect(
     for reply in replies:
         node = reply.metadata.src_node_id
         if reply.has_error():
-            failures.append(f"node {node}: " + " ".join(str(reply.error.reason).split())[:300])
+            failures.append(f"node {node}: {error_cause(reply.error.reason)}")
             continue
         answered += 1
         if node in seen:
