@@ -47,7 +47,9 @@ stop() { pfedgm superlink stop || true; }
 trap stop EXIT
 flwr run example --stream --federation-config "num-supernodes=2" --run-config \
   "data-dir='$work/data' samples-per-client=300 num-server-rounds=2 local-epochs=1 output-dir='$work/out'"
-test -f "$work/out/summary.json" || { echo "the example's run failed: no summary.json" >&2; exit 1; }
+for file in summary.json clients.csv rounds.jsonl; do  # the app's files, as the app writes them
+  test -f "$work/out/$file" || { echo "the example's run failed: no $file" >&2; exit 1; }
+done
 echo "the example ran against the wheel: $(head -c 300 "$work/out/summary.json")"
 stop && trap - EXIT
 rm -rf "$work"  # kept only when a step failed

@@ -6,7 +6,6 @@ written is lost if a later step fails.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from logging import INFO, WARNING
@@ -18,8 +17,9 @@ from flwr.common import log
 
 from . import checkpoint, initial_model, wire
 from .config import RunConfig
-from .plots import EVAL_MEAN, EVAL_STD, dataset_label, plot_rounds
+from .plots import dataset_label, plot_rounds
 from .run_folder import RunFolder
+from .run_outputs import check_new_run_dir, evaluation_row, set_aside_unfinished, summary_of
 from .settings import ConfigError, Settings
 from .strategies import PersonalizationResult, summarize
 
@@ -57,14 +57,7 @@ class RunWriter:
             writer = cls(run_dir, started)
             writer.lock = checkpoint.FolderLock(run_dir)
             return writer
-        if (folder := RunFolder(run_dir)).finished:
-            raise ConfigError(
-                f"output-dir {run_dir} already holds a finished run ({folder.summary.name}); "
-                "choose another output-dir or leave it empty for a fresh timestamped folder"
-            )
-        existing = next(p for p in (run_dir, *run_dir.parents) if p.exists())
-        if not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
-            raise ConfigError(f"cannot create output-dir {run_dir}: {existing} is not writable")
+        check_new_run_dir(run_dir)
         writer = cls(run_dir, started)
         writer.fresh = True
         return writer
@@ -80,12 +73,7 @@ class RunWriter:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             self.lock = checkpoint.FolderLock(run_dir)
-            leftovers = [p for p in run_dir.iterdir() if p.is_file() and p != self.lock.path]
-            if leftovers:
-                kept = self.folder.new_unfinished()
-                for path in leftovers:
-                    path.rename(kept / path.name)
-                log(WARNING, "output-dir held an unfinished run: its files moved to %s", kept)
+            set_aside_unfinished(self.folder, keep={self.lock.path})
         except OSError as exc:
             raise ConfigError(f"cannot prepare output-dir {run_dir}: {exc}") from exc
 
@@ -179,14 +167,7 @@ class RunWriter:
             "num-clients": num_clients,
             "rounds": cfg.num_server_rounds,
             "fraction-train": cfg.fraction_train,
-            "mean-accuracy": outcome.mean_accuracy,
-            "std-accuracy": outcome.std_accuracy,
-            "unweighted-mean-accuracy": outcome.unweighted_mean_accuracy,
-            "accuracy-note": "percent; mean weighted by client test-set size (as pFedFDA), "
-            "std across clients (unweighted)",
-            "ablation-mean-accuracy": outcome.means,
-            "num-clients-evaluated": len(outcome.clients),
-            "failures": outcome.failures,
+            **summary_of(outcome),  # as any ServerApp's (`run_outputs.RunOutputs`)
             "seconds-total": self.earlier + t["finished"] - t["started"],
             "seconds-training": t["trained"] - t["started"],
             "seconds-per-round": (t["trained"] - t["rounds"]) / max(self.rounds_run, 1),
@@ -230,14 +211,6 @@ class RunWriter:
         else:  # no round trained in this sitting, or none logged: a line of its own
             rows.append({"round": last_round, **row})
         self.folder.write_rounds(rows)
-
-
-def evaluation_row(outcome: PersonalizationResult, by_type: dict[str, dict] | None) -> dict:
-    """What an evaluation during training adds to its round's line of `rounds.jsonl`."""
-    row = {EVAL_MEAN: outcome.mean_accuracy, EVAL_STD: outcome.std_accuracy}
-    if by_type:
-        row["accuracy-by-type"] = {k: v["mean-accuracy"] for k, v in by_type.items()}
-    return row
 
 
 def accuracy_by_type(

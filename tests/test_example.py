@@ -39,10 +39,113 @@ def test_example_project_runs_pfedgm_and_personalization_beats_its_global_model(
     assert run.ok, run.log[-3000:]
     summary, folder = run.summary, RunFolder(tmp_path / "out")
     assert summary["num-clients-evaluated"] == len(folder.read_clients()) == 4  # every client
+    assert [r["round"] for r in folder.read_rounds()] == [1, 2, 3]  # the app's files
+    assert folder.global_model.exists() and folder.read_config()["num-clients"] == 4
     global_model = summary["ablation-mean-accuracy"]["acc-global"]
     assert 0 <= global_model <= 100
     # Dir(0.5) label skew: the personalized heads fit each client's own classes
     assert summary["mean-accuracy"] > global_model + 5, summary
+
+
+def _example_server_app():
+    """The example's ServerApp object, imported from its folder (it is not installed here)."""
+    import importlib
+
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        return importlib.import_module("pfedgm_example.server_app").app
+    finally:
+        sys.path.remove(str(EXAMPLE))
+
+
+def _node(fail_round: int = 0):
+    """A SuperNode of the example without data or training: a train reply moves every array
+    by 0.01 (a round that is `fail_round` raises, as a client whose loss went NaN), a
+    personalize reply reports accuracy 0.5 + 0.1 * its partition id on 10 test samples."""
+    from flwr.app import MessageType
+
+    from pfedgm_app.replies import personalize_reply, received, train_reply
+
+    def answer(msg, context):
+        pid = context.node_config["partition-id"]
+        arrays, config = received(msg)  # the handler check's empty probe raises here: passes
+        if msg.metadata.message_type == MessageType.TRAIN:
+            if config["server-round"] == fail_round:
+                raise ValueError("a train reply has non-finite metrics ['loss']")
+            state = {k: v + 0.01 for k, v in arrays.to_torch_state_dict().items()}
+            return train_reply(msg, state, {"num-examples": 10, "loss": 1.0 + pid})
+        return personalize_reply(msg, {"accuracy": 0.5 + 0.1 * pid, "acc-global": 0.3,
+                                       "num-test": 10})  # fmt: skip
+
+    return answer
+
+
+def _run_example(out: Path, fail_round: int = 0, grids: list | None = None) -> None:
+    """The example's ServerApp over 3 in-process SuperNodes (`_node`), 2 rounds, into `out`;
+    its grid (what was sent) appended to `grids`."""
+    from flwr.app import Context, RecordDict
+
+    from pfedgm_engine.inprocess import InProcessGrid
+
+    cfg = {"num-server-rounds": 2, "fraction-train": 1.0, "local-epochs": 1, "data-dir": "",
+           "samples-per-client": 0, "output-dir": str(out)}  # fmt: skip
+    grid = InProcessGrid(cfg, 3, client_app=_node(fail_round))
+    if grids is not None:
+        grids.append(grid)
+    _example_server_app()(grid, Context(1, 0, {}, RecordDict(), cfg))
+
+
+def test_the_examples_serverapp_writes_the_apps_files(tmp_path, task_identity):
+    """The example's ServerApp writes its run's folder as the app's does, in its format
+    (`run_outputs.RunOutputs`): config, rounds, the final global model, clients, the summary
+    last; a second run into the finished folder is refused before any message."""
+    import torch
+
+    from pfedgm_app.initial_model import load_state
+    from pfedgm_app.plots import EVAL_MEAN
+    from pfedgm_app.settings import ConfigError
+
+    _run_example(tmp_path / "out")
+    folder = RunFolder(tmp_path / "out")
+    summary = folder.read_summary()
+    assert summary["num-clients"] == summary["num-clients-evaluated"] == 3
+    assert summary["rounds"] == 2 and summary["strategy"] == "PFedGM"
+    assert summary["mean-accuracy"] == pytest.approx(60.0)  # percent, as the app's
+    assert summary["ablation-mean-accuracy"] == {"acc-global": pytest.approx(30.0)}
+    assert summary["dropped-replies"] == [] and summary["rounds-without-update"] == {}
+    rows = folder.read_clients()
+    assert sorted(r["accuracy"] for r in rows) == pytest.approx([50.0, 60.0, 70.0])
+    assert all(r["num-test"] == 10 for r in rows)
+    rounds = folder.read_rounds()
+    assert [r["round"] for r in rounds] == [1, 2] and rounds[0]["loss"] == pytest.approx(2.0)
+    assert rounds[-1][EVAL_MEAN] == pytest.approx(60.0)  # the final evaluation, last round
+    config = folder.read_config()
+    assert config["num-clients"] == 3 and config["output-dir"] == str(tmp_path / "out")
+    from pfedgm_example.task import Net  # imported by the run above
+
+    torch.manual_seed(0)  # the example's initial model, moved 0.01 in each of 2 rounds
+    start = Net().state_dict()
+    final = load_state(folder.global_model)
+    assert list(final) == list(start)
+    assert all(torch.allclose(final[k], start[k] + 0.02) for k in start)
+    grids = []
+    with pytest.raises(ConfigError, match="already holds a finished run"):
+        _run_example(tmp_path / "out", grids=grids)
+    assert grids[0].starts == []  # refused before any message
+    assert folder.read_summary()["seconds-total"] == summary["seconds-total"]  # untouched
+
+
+def test_the_examples_run_records_a_failed_round_and_sets_a_stopped_runs_files_aside(
+    tmp_path, task_identity
+):
+    RunFolder(tmp_path).rounds.write_text('{"round": 1}\n')  # a stopped run's
+    _run_example(tmp_path, fail_round=1)
+    summary = RunFolder(tmp_path).read_summary()
+    assert list(summary["rounds-without-update"]) == ["1"]
+    assert len(summary["dropped-replies"]) == 3 and "non-finite" in summary["dropped-replies"][0]
+    assert [r["round"] for r in RunFolder(tmp_path).read_rounds()] == [1, 2]
+    (kept,) = tmp_path.glob("unfinished-*")
+    assert (kept / "rounds.jsonl").read_text() == '{"round": 1}\n'
 
 
 def _checklist() -> str:
