@@ -47,9 +47,13 @@ class PersonalizedHead(nn.Module):
         self.lambda_, self.objective_scale = lambda_, objective_scale
         like = {"device": mu_star.device, "dtype": mu_star.dtype}
         self.mu = nn.Parameter(torch.zeros(num_classes, dim, **like))
+        """The offsets mu_i of the global means mu* (K, d), trained by Phase 2's SGD."""
         self.b = nn.Parameter(torch.zeros(num_classes, **like))
+        """The offsets b_i of the global biases b* (K): SGD, then L-BFGS (`refine_biases_`)."""
         self.a_g = nn.Parameter(torch.ones(dim, **like))
+        """A_g (d): the diagonal scaling of the global precisions A*, kept positive."""
         self.a_c = nn.Parameter(torch.ones(dim, **like))
+        """A_c (d): the diagonal precision of the local term zeta, kept positive."""
 
     @property
     def local_precision(self) -> torch.Tensor:
@@ -60,6 +64,7 @@ class PersonalizedHead(nn.Module):
         return (2 * self.lambda_ / self.mu.shape[1]) * self.a_c
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """The logits xi + zeta + beta of features `z` (N, d) -> (N, K)."""
         return self.logits_but_b(z) + self.b
 
     def logits_but_b(self, z: torch.Tensor) -> torch.Tensor:
@@ -70,6 +75,7 @@ class PersonalizedHead(nn.Module):
 
     @torch.no_grad()
     def project_(self) -> None:
+        """Keep A_g and A_c positive (projected gradient step, after every step)."""
         self.a_g.clamp_(min=POSITIVE_FLOOR)
         self.a_c.clamp_(min=POSITIVE_FLOOR)
 

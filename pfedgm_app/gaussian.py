@@ -21,7 +21,8 @@ from torch import nn
 
 from .readings import OBJECTIVE_SCALES, PROTOTYPE_STEPS
 
-POSITIVE_FLOOR = 1e-4  # smallest diagonal precision kept by projection after each step
+POSITIVE_FLOOR = 1e-4
+"""The smallest diagonal precision `project_` keeps after each step (A stays positive)."""
 
 
 def gaussian_logits(
@@ -76,13 +77,18 @@ class GaussianHead(nn.Module):
         if not navigator_std > 0:
             raise ValueError(f"navigator_std must be > 0, got {navigator_std!r}")
         self.mu = nn.Parameter(torch.randn(num_classes, dim) * navigator_std)
+        """The class means (K, d), the navigator's; averaged by the strategy as `head.mu`."""
         self.b = nn.Parameter(torch.zeros(num_classes))
+        """The class biases (K), the navigator's; `head.b`, the strategy's `bias_key`."""
         self.A = nn.Parameter(torch.ones(num_classes, dim))
+        """The diagonal precisions (K, d), the covariance nu; `head.A`, kept positive."""
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """The navigator's logits of features `z` (N, d) -> (N, K), with A = identity."""
         return gaussian_logits(z, self.mu, self.b)
 
     def covariance_logits(self, z: torch.Tensor) -> torch.Tensor:
+        """The logits of features `z` (N, d) -> (N, K) with the covariance A (nu)."""
         return gaussian_logits(z, self.mu, self.b, self.A)
 
     @torch.no_grad()
@@ -113,6 +119,7 @@ def covariance_objective(z: torch.Tensor, y: torch.Tensor, head: GaussianHead) -
 
 
 def check_objective_scale(objective_scale: str) -> None:
+    """Raise ValueError unless `objective_scale` is one of `OBJECTIVE_SCALES` (above)."""
     if objective_scale not in OBJECTIVE_SCALES:
         raise ValueError(
             f"objective scale must be one of {OBJECTIVE_SCALES}, got {objective_scale!r}"

@@ -11,18 +11,6 @@ for its image shape, then a head of one of the `HEADS` kinds) and three metadata
              method, run-id, server-round (Phase 1 rounds behind it), initial-model, dataset,
              partition-id, accuracy (on the client's test split), num-test
     sha256   of the tensors (names, dtypes, shapes, bytes) and of `model` (`digest`)
-
-`load` refuses, in one line, a file that is not safetensors, one that is not such a model, and
-one whose tensors or metadata no longer match its SHA-256 (damaged, or edited without it being
-recomputed: a check of integrity, not a signature). A file whose SHA-256 was recomputed is not
-trusted either: each field the model is rebuilt and used with must fit the tensors (present and
-of its JSON type; an image shape with a generator; finite float32 tensors; head tensors sized by
-the class names and the generator's features, checked before anything is allocated from them;
-one logit per class name), else it too is refused in one line.
-
-A head kind is its class, the non-tensor arguments it is rebuilt with, and how to build one from
-its tensors (sized by the classes and the generator's features only); a method whose evaluated
-model has another head declares that head's kind in `HEADS`, and nothing else here changes.
 """
 
 from __future__ import annotations
@@ -43,9 +31,11 @@ from .methods.pfedfda import LDAHead
 from .models import GENERATORS, Model, build_generator
 
 FORMAT = "pfedgm-personal-model/1"
+"""The `format` metadata string of a model file: `load` refuses a file without it."""
 SUFFIX = ".safetensors"
-# What `data.to_tensor` does to the images the model was trained and evaluated on.
+"""A model file's suffix: a device's is `<model-dir>/client-<partition id>.safetensors`."""
 NORMALIZATION = "pixels / 255, then (x - 0.5) / 0.5 per channel"
+"""What `data.to_tensor` did to the model's images, and an image needs before it classifies."""
 
 Tensors = dict[str, torch.Tensor]
 
@@ -74,6 +64,8 @@ HEADS: dict[str, Head] = {
     # pFedFDA's LDA classifier from the adapted statistics and the client's priors
     "lda": Head(LDAHead, lambda t, a: LDAHead(*t["mu"].shape)),
 }
+"""The head kinds a model file can hold, by its `head` metadata; a method whose evaluated model
+has another head declares that head's kind here (sized by the classes and features only)."""
 
 
 class ModelFileError(ValueError):
@@ -82,18 +74,21 @@ class ModelFileError(ValueError):
 
 @dataclass
 class PersonalModel:
-    """A loaded model file: the module (eval mode; images normalized as `data.to_tensor` does
-    -> logits) and its metadata."""
+    """A loaded model file (`load`): `model`, the rebuilt module in eval mode, on the CPU, which
+    maps images (N, C, H, W), normalized as `NORMALIZATION` says, to one logit per class; `meta`,
+    the file's `model` metadata (the keys of the module's docstring: `accuracy`, `method`, ...)."""
 
     model: Model
     meta: dict[str, Any]
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of the images the model takes (`predict` refuses other sizes)."""
         return tuple(self.meta["image-shape"])
 
     @property
     def classes(self) -> list[str]:
+        """The class names, in the order of the model's logits."""
         return self.meta["classes"]
 
 
@@ -128,9 +123,10 @@ def digest(tensors: Tensors, model_meta: str) -> str:
 def save(
     path: Path, model: Model, image_shape: tuple[int, int, int], classes: list[str], run: dict
 ) -> Path:
-    """Write `model` (a `Model` whose head is of a `HEADS` kind) to `path`, with its image
-    shape, class names and `run` (method, run-id, accuracy, ...) as metadata; atomically, so
-    a kill leaves the previous file whole."""
+    """Write `model` (a `Model` whose head is of a `HEADS` kind) to `path` (its folder made)
+    with `image_shape` (C, H, W), `classes` (one name per logit, else ValueError) and `run`
+    (method, run-id, accuracy, ...) as metadata, and the `digest` that `load` checks;
+    atomically (a `.tmp` file renamed: a kill leaves the previous file whole); returns `path`."""
     kind = head_kind(model.head)
     with torch.no_grad():
         z = torch.zeros(1, model.generator.dim, device=next(model.parameters()).device)
@@ -158,7 +154,11 @@ def save(
 
 
 def load(path: Path | str) -> PersonalModel:
-    """The model in `path`, rebuilt and checked (`ModelFileError` says what is wrong)."""
+    """The model saved at `path` (by `save`), rebuilt on the CPU and checked, without pickle.
+    `ModelFileError`, one line naming the file and what is wrong: a missing file, not
+    safetensors, not such a model (`FORMAT`), tensors or metadata that no longer match the
+    SHA-256 (damage, or an edit: a check of integrity, not a signature), and, the SHA-256
+    recomputed or not, fields that do not fit the tensors (`checked_meta`, `rebuild`)."""
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"{path}: no such file")
@@ -183,37 +183,38 @@ def load(path: Path | str) -> PersonalModel:
 
 
 # The metadata `rebuild` and `predict` use, and the JSON type of each.
-REQUIRED = {"image-shape": list, "classes": list, "head": str, "head-args": dict, "backbone": str}
-JSON_TYPES = {list: "array", str: "string", dict: "object"}
-REBUILD = "use the file the client saved, or save it again"
+_FIELDS = {"image-shape": list, "classes": list, "head": str, "head-args": dict, "backbone": str}
+_JSON_TYPES = {list: "array", str: "string", dict: "object"}
+_REBUILD = "use the file the client saved, or save it again"
 
 
 def checked_meta(text: str, path: Path | str = "model") -> dict[str, Any]:
-    """The `model` metadata, each field `REQUIRED` there and of its type, the image shape one
-    of `GENERATORS`, the class names strings (`ModelFileError` says what is not)."""
+    """The `model` metadata `text`, its fields checked: image-shape, classes, head, head-args
+    and backbone present and of their JSON types, the image shape one of `GENERATORS`, the
+    class names strings, the head a `HEADS` kind (`ModelFileError` says what is not)."""
     try:
         meta = json.loads(text)
     except (ValueError, RecursionError):  # RecursionError: nested deeper than Python goes
         meta = None
     if not isinstance(meta, dict):
-        raise ModelFileError(f"{path}: its model metadata is not a JSON object; {REBUILD}")
-    for key, kind in REQUIRED.items():
+        raise ModelFileError(f"{path}: its model metadata is not a JSON object; {_REBUILD}")
+    for key, kind in _FIELDS.items():
         if type(meta.get(key)) is not kind:
             found = f"has no {key}" if key not in meta else f"'s {key} is {_short(meta[key])}"
             raise ModelFileError(
-                f"{path}: its metadata{found}, not a JSON {JSON_TYPES[kind]}; {REBUILD}"
+                f"{path}: its metadata{found}, not a JSON {_JSON_TYPES[kind]}; {_REBUILD}"
             )
     shape = meta["image-shape"]
     if not all(type(n) is int for n in shape) or tuple(shape) not in GENERATORS:
         known = [list(s) for s in GENERATORS]
         raise ModelFileError(
             f"{path}: its image-shape {_short(shape)} is none this version has a "
-            f"generator for ({known}); {REBUILD}"
+            f"generator for ({known}); {_REBUILD}"
         )
     classes = meta["classes"]
     if not classes or not all(type(name) is str for name in classes):
         raise ModelFileError(
-            f"{path}: its classes {_short(classes)} are not class names; {REBUILD}"
+            f"{path}: its classes {_short(classes)} are not class names; {_REBUILD}"
         )
     if meta["head"] not in HEADS:
         raise ModelFileError(
@@ -245,14 +246,14 @@ def rebuild(meta: dict[str, Any], tensors: Tensors, path: Path | str = "model") 
             raise ModelFileError(
                 f"{path}: head.{name} has shape {tuple(t.shape)}, but the file names "
                 f"{len(classes)} classes and its generator gives {generator.dim} features; "
-                f"{REBUILD}"
+                f"{_REBUILD}"
             )
     try:
         head = HEADS[kind].build(head_tensors, meta["head-args"])
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
         raise ModelFileError(
             f"{path}: its tensors and head-args are not a {kind} head's "
-            f"({_one_line(exc)}); {REBUILD}"
+            f"({_one_line(exc)}); {_REBUILD}"
         ) from None
     model = Model(generator, head)
     own = {**dict(model.named_parameters()), **dict(model.named_buffers())}
@@ -271,11 +272,11 @@ def rebuild(meta: dict[str, Any], tensors: Tensors, path: Path | str = "model") 
             outputs = model.eval()(torch.zeros(1, *meta["image-shape"])).shape[-1]
         except (TypeError, ValueError, RuntimeError) as exc:
             raise ModelFileError(
-                f"{path}: the model cannot classify an image ({_one_line(exc)}); {REBUILD}"
+                f"{path}: the model cannot classify an image ({_one_line(exc)}); {_REBUILD}"
             ) from None
     if outputs != len(classes):
         raise ModelFileError(
-            f"{path}: the model gives {outputs} logits for {len(classes)} class names; {REBUILD}"
+            f"{path}: the model gives {outputs} logits for {len(classes)} class names; {_REBUILD}"
         )
     return model
 

@@ -29,11 +29,11 @@ from .settings import ConfigError
 LOG = logging.getLogger("flwr")
 
 FORMAT_VERSION = 2
-# In summary.json and config.json; config.json, written first, versions the folder's other files
+"""The format version this code writes (and the readers return)."""
 VERSION = "format-version"
+"""The key of the format version in summary.json and config.json; config.json, written first,
+versions the folder's other files."""
 
-# Version 1's summary.json keys (top level and `accuracy_by_type`'s entries) -> version 2's; the
-# other keys (`method`, `rounds`, `failures`, ...) and the names of client types are the same
 SUMMARY_V1 = {
     k: k.replace("_", "-")
     for k in (
@@ -57,6 +57,8 @@ SUMMARY_V1 = {
         "unweighted_mean_accuracy",
     )
 }
+"""Version 1's summary.json keys (top level and `accuracy_by_type`'s entries) -> version 2's;
+the other keys (`method`, `rounds`, `failures`, ...) and the names of client types are the same."""
 
 
 def is_accuracy(column: str) -> bool:
@@ -112,10 +114,18 @@ def _number(text: str) -> int | float | str:
 
 @dataclass(frozen=True)
 class RunFolder:
-    """A run's folder: where each of its files is, whether the run finished or stopped, and
-    the readers of what it wrote."""
+    """A run's folder (its `output-dir`): where each of its files is (the properties below,
+    paths that may not exist yet), whether the run finished or stopped, the readers of what it
+    wrote (`read_*`, any format version, returned as version 2) and the writers the app's
+    `results.RunWriter` and `run_outputs.RunOutputs` write through (`write_*`, `append_round`).
+
+        folder = RunFolder(Path("/abs/outputs/smoke"))
+        if folder.finished:
+            print(folder.read_summary()["mean-accuracy"], len(folder.read_clients()))
+    """
 
     path: Path
+    """The folder itself; nothing is created by naming it."""
 
     @property
     def config(self) -> Path:
@@ -171,6 +181,7 @@ class RunFolder:
 
     @property
     def finished(self) -> bool:
+        """The run finished: its `summary.json` is there (written last)."""
         return self.summary.exists()
 
     @property

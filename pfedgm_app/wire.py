@@ -18,37 +18,57 @@ values only; the run's settings reach every ClientApp through `context.run_confi
 personalize reply holds metrics only: the personalized model stays on the device.
 """
 
-PERSONALIZE = "personalize"  # the ClientApp's `@app.train(PERSONALIZE)` action
-PERSONALIZE_MESSAGE_TYPE = f"train.{PERSONALIZE}"  # the message type Flower routes to it
+PERSONALIZE = "personalize"
+"""The ClientApp's `@app.train(PERSONALIZE)` action: Phase 2, personalize and evaluate."""
+PERSONALIZE_MESSAGE_TYPE = f"train.{PERSONALIZE}"
+"""The message type Flower routes to that action (`PersonalizedFedAvg.personalize` sends it)."""
 
 # RecordDict keys
-ARRAYS = "arrays"  # model arrays the server averages (Flower's default `arrayrecord_key`)
-CONFIG = "config"  # per-round values (Flower's default `configrecord_key`)
+ARRAYS = "arrays"
+"""Model arrays the server averages (Flower's default `arrayrecord_key`)."""
+CONFIG = "config"
+"""Per-round values (Flower's default `configrecord_key`)."""
 METRICS = "metrics"
-EXTRAS = "extras"  # non-model arrays (statistics, per-client heads), in both directions
-UNAVAILABLE = "unavailable"  # a query reply's ConfigRecord: this node cannot take part
+"""A reply's MetricRecord (a train reply's: NUM_EXAMPLES and TRAIN_METRICS; personalize's:
+ACCURACY, NUM_TEST, `acc-*`)."""
+EXTRAS = "extras"
+"""Non-model arrays (statistics, per-client heads), in both directions."""
+UNAVAILABLE = "unavailable"
+"""A query reply's ConfigRecord: this node cannot take part (REASON, CAUSE)."""
 
 # ConfigRecord keys
-ROUND = "server-round"  # set by Flower's strategies in every train message
-REASON = "reason"  # UNAVAILABLE's: why, in one line ("data-path '/x' does not exist ...")
-CAUSE = "cause"  # UNAVAILABLE's: what cannot be had, "data" (when absent) or "model-dir"
+ROUND = "server-round"
+"""The round number, set by the strategies in every train message."""
+REASON = "reason"
+"""UNAVAILABLE's: why, in one line ("data-path '/x' does not exist ...")."""
+CAUSE = "cause"
+"""UNAVAILABLE's: what cannot be had, `data` (when absent) or `model-dir`."""
 
 # MetricRecord keys
-NUM_EXAMPLES = "num-examples"  # training samples: the weight of the average
-NUM_TEST = "num-test"  # test samples: the weight of the personalized accuracy's mean
-ACCURACY = "accuracy"  # personalized test accuracy in [0, 1]
+NUM_EXAMPLES = "num-examples"
+"""Training samples: the weight of the average."""
+NUM_TEST = "num-test"
+"""Test samples: the weight of the personalized accuracy's mean."""
+ACCURACY = "accuracy"
+"""Personalized test accuracy, a fraction in [0, 1] (clients.csv: percent)."""
 PARTITION_ID = "partition-id"
+"""The client's partition (simulation's node config, or a device's `--node-config`)."""
 NUM_PARTITIONS = "num-partitions"
+"""The number of partitions the dataset is split into."""
 NUM_CLASSES_PRESENT = "num-classes-present"
-OWN_DATA = "own-data"  # 1: the device's own samples, 0: a partition of the run's dataset
-NUM_CLASSES = "num-classes"  # the model's classes (the run's label set)
-IMAGE_SHAPE = "image-shape"  # [C, H, W] of the client's images: the server builds the model
-DATA_SECONDS = "seconds-data"  # seconds the message's ClientApp took to have its data ready
+"""The classes the client's training data hold."""
+OWN_DATA = "own-data"
+"""1: the device's own samples, 0: a partition of the run's dataset."""
+NUM_CLASSES = "num-classes"
+"""The model's classes (the run's label set)."""
+IMAGE_SHAPE = "image-shape"
+"""[C, H, W] of the client's images, from which the server builds the model."""
+DATA_SECONDS = "seconds-data"
+"""Seconds the message's ClientApp took to have its data ready."""
 
-# Train-reply metrics the server takes from every method's clients (besides NUM_EXAMPLES);
-# others are ignored unless a method's strategy names them (`metric_keys`)
 TRAIN_METRICS = ("loss", "sample-passes", DATA_SECONDS, "seconds-model", "seconds-compute")
-# pFedGM's: Phase 1's diagnostics (`pfedgm_app.diagnostics`) and its prototype pass's seconds
+"""Train-reply metrics the server takes from every method's clients (besides NUM_EXAMPLES);
+others are ignored unless a method's strategy names them (`metric_keys`)."""
 PFEDGM_METRICS = (
     "loss-shared",
     "loss-personalized",
@@ -68,10 +88,17 @@ PFEDGM_METRICS = (
     "covariance-deviation",
     "seconds-prototypes",
 )
+"""pFedGM's train metrics: Phase 1's diagnostics (`pfedgm_app.diagnostics`) and its prototype
+pass's seconds."""
 
-# FedPAC's extras: client -> server statistics, server -> client global prototypes
-PROTOS = "protos"  # (K, d) class means
-CLASS_COUNTS = "class-counts"  # (K,)
-VARIANCE = "variance"  # (1,) V_i
-H_REF = "h-ref"  # (K, d) H_i
-PROTOS_COUNT = "protos-count"  # (K,) samples behind each global prototype
+# FedPAC's extras (EXTRAS): client -> server statistics, server -> client global prototypes
+PROTOS = "protos"
+"""FedPAC's extras: (K, d) class means."""
+CLASS_COUNTS = "class-counts"
+"""FedPAC's extras: (K,) the client's samples per class."""
+VARIANCE = "variance"
+"""FedPAC's extras: (1,) V_i."""
+H_REF = "h-ref"
+"""FedPAC's extras: (K, d) H_i."""
+PROTOS_COUNT = "protos-count"
+"""FedPAC's extras: (K,) samples behind each global prototype."""

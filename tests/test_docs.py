@@ -105,7 +105,22 @@ def test_the_readme_is_a_door():
     assert [p for p in paths if not list(ROOT.glob(p.rstrip("/")))] == [], "update the map"
 
 
-@pytest.mark.slow  # pdoc renders five modules
+def test_the_api_reference_covers_every_module_the_docs_and_the_example_import():
+    """A module another project is shown importing (`from pfedgm_app.X import ...` in the
+    example project, its README, or a page of docs/) has its page in docs/api."""
+    from devtools import api
+
+    sources = [*sorted((ROOT / "examples" / "quickstart-pfedgm").rglob("*.py")), *PAGES]
+    imported = {
+        m
+        for path in sources
+        for m in re.findall(r"from (pfedgm_app[\w.]*) import", path.read_text())
+    }
+    assert "pfedgm_app.run_outputs" in imported and "pfedgm_app.personal_model" in imported
+    assert sorted(imported - set(api.MODULES)) == [], "add them to devtools/api.py's MODULES"
+
+
+@pytest.mark.slow  # pdoc renders the modules
 def test_the_api_reference_is_current():
     """docs/api is pdoc's rendering of the library's modules with the versions it records;
     with other versions installed, the rendering may differ without the code having changed."""

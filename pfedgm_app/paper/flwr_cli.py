@@ -41,23 +41,33 @@ UNKNOWN, UNKNOWN_ANSWERS = "unknown", 3
 
 @dataclass
 class FlowerRun:
-    """The outcome of one `flwr run`."""
+    """The outcome of one `flwr run` (`run_app`)."""
 
     run_id: str
+    """The SuperLink's id of the run (`flwr log RUN_ID`, `flwr list --run-id RUN_ID`)."""
     status: str
+    """`flwr list`'s status at the end: `finished:completed`, `finished:failed`, ... or
+    `unknown` (a SuperLink that no longer knows the run)."""
     log: str
+    """The run's whole log (`flwr log RUN_ID --show`)."""
     output_dir: Path
+    """The run's `output-dir`, resolved (`run_folder.RunFolder` reads its files)."""
     summary: dict[str, Any] = field(default_factory=dict)
+    """Its `summary.json` as `RunFolder.read_summary` reads it; {} when the run did not finish."""
     wall_seconds: float = 0.0
-    details: str = ""  # the SuperLink's `status-details` of a run not completed (why it ended)
+    """From submitting to the end, including the SuperLink's start."""
+    details: str = ""
+    """Why a run that did not complete ended: the SuperLink's `status-details`, or one line."""
 
     @property
     def ok(self) -> bool:
+        """The run completed (a failed run exits `flwr run` with 0 too)."""
         return self.status == "finished:completed"
 
 
 def offline_env(flwr_home: Path, base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for offline runs in an own FLWR_HOME, on free local ports."""
+    """An environment (`base`, else this process's) for offline runs in `flwr_home`, on free
+    local ports: no dependency installation, no telemetry, `HF_HUB_OFFLINE=1` unless set."""
     env = dict(os.environ if base is None else base)
     env.update(
         FLWR_HOME=str(flwr_home),
@@ -93,11 +103,16 @@ def run_app(
     app_dir: Path = APP_DIR,
     federation: str | None = None,
 ) -> FlowerRun:
-    """Submit a run, wait until it finishes, collect status, log and summary.
+    """Submit a run of the app in `app_dir` (this app by default; any Flower app folder)
+    with `run_config` (keys of its `[tool.flwr.app.config]`; `output-dir` a fresh temporary
+    folder when empty), wait until it finishes or `timeout` seconds pass, and return its
+    status, log and summary (`FlowerRun`; raises RuntimeError when it could not be submitted).
 
     Without `federation`, a simulation of `num_supernodes` SuperNodes, each ClientApp given
     `cpus_per_client` CPUs and `gpus_per_client` of a GPU; with it, the named
-    federation of `$FLWR_HOME/config.toml` (e.g. one from `start_deployment`).
+    federation of `$FLWR_HOME/config.toml` (e.g. one from `start_deployment`). `env` is the
+    environment of the `flwr` commands, e.g. `offline_env(home)`: it sets FLWR_HOME, whose
+    managed SuperLink runs the app.
     """
     started = time.time()
     if not run_config.get("output-dir"):
@@ -267,6 +282,8 @@ def flwr_command() -> str:
 def flwr(
     args: list[str], env: dict[str, str], check: bool = True, timeout: float | None = None
 ) -> subprocess.CompletedProcess:
+    """`flwr ARGS...` in `env`, its output captured as text (`check`: raise on a non-zero
+    exit)."""
     cmd = [flwr_command(), *args]
     return subprocess.run(
         cmd, env=env, capture_output=True, text=True, check=check, timeout=timeout
@@ -274,6 +291,7 @@ def flwr(
 
 
 def free_port() -> int:
+    """A TCP port of 127.0.0.1 that is free now (for a managed SuperLink of its own)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
