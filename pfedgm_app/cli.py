@@ -143,6 +143,56 @@ def stop() -> None:
         click.echo(f"no managed SuperLink of {home} is running")
 
 
+@main.group(short_help="This user's SuperNodes on this machine: list, stop.")
+def supernode() -> None:
+    """This user's SuperNodes (`flower-supernode`) on this machine. Stopped by PID alone, a
+    SuperNode leaves its SuperExec and ClientApp processes running for a while; `stop` ends
+    them together."""
+
+
+@supernode.command("list", short_help="This user's running SuperNodes.")
+def supernode_list() -> None:
+    """One line per SuperNode of this user: PID, Runtime API port (--port), SuperLink address
+    and node config, to choose the ones to stop."""
+    from .supernode import supernodes
+
+    for node in supernodes():
+        click.echo(node.describe())
+
+
+@supernode.command("stop", short_help="Stop SuperNodes and everything they started.")
+@click.argument("pids", nargs=-1, type=int)
+@click.option("--port", "ports", multiple=True, type=int, help="the SuperNode's --port")
+@click.option("--superlink", "superlinks", multiple=True, help="every SuperNode dialling it")
+@click.option("--all", "everything", is_flag=True, help="every SuperNode of this user")
+def supernode_stop(
+    pids: tuple[int, ...], ports: tuple[int, ...], superlinks: tuple[str, ...], everything: bool
+) -> None:
+    """Stop SuperNodes of this user, named by PID, Runtime API port (--port, default 9094) or
+    SuperLink address (--superlink HOST:PORT, as the SuperNodes were given it), or --all,
+    with every process each started (SuperExec, ClientApps) and every SuperExec started
+    beside one with --parent-pid; SIGTERM first, so that each leaves its SuperLink, then
+    SIGKILL for what is left after 10 s. Other users' processes are never touched. Without a
+    name: the SuperNodes there are, and exit 2."""
+    from .supernode import select, stop_supernodes, supernodes
+
+    running = supernodes()
+    if not (pids or ports or superlinks or everything):
+        _refuse(
+            [node.describe() for node in running]
+            + ["pfedgm supernode stop: name SuperNodes (PID, --port, --superlink) or --all"]
+        )
+    ours = {node.pid for node in running}
+    if strangers := [pid for pid in pids if pid not in ours]:
+        _refuse([f"pfedgm supernode stop: {pid} is no SuperNode of yours" for pid in strangers])
+    chosen = select(running, set(pids), set(ports), set(superlinks), everything)
+    if not chosen:
+        click.echo("no SuperNode of yours matches")
+    counts = stop_supernodes(chosen)  # together: each takes seconds to leave its SuperLink
+    for node in chosen:
+        click.echo(f"stopped SuperNode {node.describe()} ({counts[node.pid]} processes)")
+
+
 def _checked(run_config: tuple[str, ...]) -> RunConfig:
     """The run's common settings when `run_config` passes `check.check`; else its problems,
     one line each, and exit 2."""
