@@ -17,43 +17,26 @@ compares every method's per-client results with `flwr run`'s). With `workers=1` 
 answer one after the other in this process; with `workers=N` a pool of N spawned processes
 answers N messages at a time (each message travels with its node's `Context`, as Flower's
 simulation engine moves a node's state to whichever actor runs it), the way several ClientApps
-share one GPU. Tests of the app itself go through `pfedgm_app.paper.flwr_cli`.
+share one GPU; a worker ends with this process, stopped or killed (`workers`). How a node
+answers, in either: `answer`. Tests of the app itself go through `pfedgm_app.paper.flwr_cli`.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
-import multiprocessing
-import os
 import tempfile
 import time
-import tomllib
-import traceback
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import contextmanager
-from logging import ERROR
+from collections.abc import Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-# Besides the public `flwr.app`, `flwr.clientapp`, `flwr.serverapp` and `flwr.common.log`,
-# an engine needs names Flower does not export; this package alone takes them (the app uses
-# none: `tests/test_public_api.py` pins this list). The error replies are built
-# from the exception types and codes of Flower's own modules (`ClientAppException`,
-# `LoadClientAppError`, `ErrorCode`); Flower sets a process's `TaskIdentity` before it runs an
-# app, and `Message(...)` reads it, so a ServerApp run outside Flower needs one; `Grid.run`
-# returns a `Run`. Message ids are written into `Metadata._message_id`, as Flower's grids and
-# engine write them (it has no setter). docs/upstream/inprocess-engine.md asks for a public way.
-from flwr.app import Context, Error, Message, MessageType, RecordDict
-from flwr.clientapp import ClientApp
-from flwr.clientapp.client_app import ClientAppException, LoadClientAppError
-from flwr.common import log
-from flwr.common.constant import ErrorCode
+# Besides Flower's public API, the grid needs `Run` (what `Grid.run` returns), a name Flower
+# does not export (`answer` takes the others; `tests/test_public_api.py` pins them all).
+from flwr.app import Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.run import Run
-from flwr.supercore.task_identity import TaskIdentity
 
 from pfedgm_app import wire
 from pfedgm_app.methods import run_config_keys
@@ -61,86 +44,22 @@ from pfedgm_app.paper.flwr_cli import APP_DIR
 from pfedgm_app.run_folder import RunFolder
 from pfedgm_app.wire import PERSONALIZE_MESSAGE_TYPE
 
-# What answers a SuperNode's messages: the app's `ClientApp`, or anything called as Flower
-# calls one (e.g. a function that records what the ClientApp replies)
-ClientAppLike = ClientApp | Callable[[Message, Context], Message]
-RUN_ID = 1
-SERVERAPP_NODE_ID = 0  # the ServerApp's context node id under Flower (run_serverapp)
+from .answer import (
+    RUN_ID,
+    SERVERAPP_NODE_ID,
+    ClientAppLike,
+    _clear_task_identity,
+    _set_task_identity,
+    answer,
+    app_component,
+    run_identity,
+)
+from .workers import answer_in_worker, worker_pool
 
-
-def app_component(name: str, root: Path = APP_DIR) -> Any:
-    """The app's `serverapp` or `clientapp` object, loaded from the "module:attribute"
-    reference in `[tool.flwr.app.components]` of `pyproject.toml`, as Flower loads them."""
-    with open(root / "pyproject.toml", "rb") as f:
-        reference = tomllib.load(f)["tool"]["flwr"]["app"]["components"][name]
-    module, _, attribute = reference.partition(":")
-    return getattr(importlib.import_module(module), attribute)
-
-
-def _set_task_identity() -> None:
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = RUN_ID, SERVERAPP_NODE_ID, 1
-
-
-@contextmanager
-def run_identity() -> Iterator[None]:
-    """Inside the block this process has a run's identity, as Flower gives a running app's, so
-    that `Message(...)` can be built (tests of strategies with plain messages)."""
-    _set_task_identity()
-    try:
-        yield
-    finally:
-        TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None
-
-
-def _error_reply(msg: Message, exc: Exception) -> Message:
-    """The reply Flower's simulation engine sends for a ClientApp that raised (vce_api.worker:
-    the actor wraps the exception in `ClientAppException`, the reason is "<class>:<'text'>")."""
-    if isinstance(exc, ClientAppException):
-        code = ErrorCode.CLIENT_APP_RAISED_EXCEPTION
-    elif isinstance(exc, LoadClientAppError):
-        code = ErrorCode.LOAD_CLIENT_APP_EXCEPTION
-    else:
-        code = ErrorCode.UNKNOWN
-    return Message(Error(code=code, reason=f"{type(exc)}:<'{exc}'>"), reply_to=msg)
-
-
-def _answer(
-    app: ClientAppLike, msg: Message, context: Context
-) -> tuple[Message, Context | None, float]:
-    """One SuperNode's answer to `msg`: the reply, its context after it (None when the
-    ClientApp raised: the node keeps the context it had) and the seconds the ClientApp took."""
-    started = time.perf_counter()
-    try:
-        try:
-            reply = app(msg, context)
-        except LoadClientAppError:
-            raise
-        except Exception as exc:  # as Flower's actor: the ClientApp's exception, wrapped
-            raise ClientAppException(str(exc)) from exc
-    except Exception as exc:  # as Flower's engine: an error reply, never a crash
-        log(ERROR, "%s", exc)
-        log(ERROR, "%s", traceback.format_exc())
-        reply, context = _error_reply(msg, exc), None
-    seconds = time.perf_counter() - started
-    reply.metadata.__dict__["_message_id"] = str(uuid4())  # as the engine's (vce_api.worker)
-    return reply, context, seconds
-
-
-_WORKER_APP: ClientAppLike | None = None  # a pool process's ClientApp
-
-
-def _start_worker(threads: int, app: ClientAppLike | None) -> None:
-    """A pool process: its share of the cores (unless the run sets client-threads), its
-    ClientApp (the app's, loaded as Flower loads it, unless one is given) and the task
-    identity the ServerApp's process has."""
-    global _WORKER_APP
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    _WORKER_APP = app if app is not None else app_component("clientapp")
-    _set_task_identity()
-
-
-def _answer_in_worker(msg: Message, context: Context) -> tuple[Message, Context | None, float]:
-    return _answer(_WORKER_APP, msg, context)
+# Where the engine's users import them from: the app's components, a run's identity, the
+# task identity a benchmark sets, and what answers a node
+__all__ = ["APP_DIR", "ClientAppLike", "InProcessGrid", "RunStopped", "_set_task_identity",
+           "app_component", "run_identity", "run_inprocess"]  # fmt: skip
 
 
 class RunStopped(Exception):
@@ -152,9 +71,9 @@ class InProcessGrid(Grid):
     app's ClientApp by default); records seconds per message type and per train round.
 
     With `stop_after_rounds=k`, the (k+1)-th round's train messages raise `RunStopped`. With
-    `workers > 1`, messages are answered by that many spawned processes (call `close`); a
-    `client_app` given then must pickle (a ClientApp or function defined at a module's top
-    level).
+    `workers > 1`, messages are answered by that many spawned processes (call `close`), which
+    end with this process however it ends (`workers.worker_pool`); a `client_app` given then
+    must pickle (a ClientApp or function defined at a module's top level).
     """
 
     def __init__(
@@ -169,12 +88,7 @@ class InProcessGrid(Grid):
             raise ValueError(f"workers={workers}: give 1 (this process) or more")
         self.stop_after_rounds = stop_after_rounds
         self.client_app = client_app if client_app is not None else app_component("clientapp")
-        self.pool = None
-        if workers > 1:  # spawn: a forked child cannot use CUDA once the parent has
-            threads = max(1, (os.cpu_count() or 1) // workers)
-            self.pool = ProcessPoolExecutor(
-                workers, multiprocessing.get_context("spawn"), _start_worker, (threads, client_app)
-            )
+        self.pool = worker_pool(workers, client_app) if workers > 1 else None
         self.contexts = {
             node: Context(
                 RUN_ID,
@@ -243,7 +157,7 @@ class InProcessGrid(Grid):
                 self._pending[msg_id] = msg
             else:
                 context = self.contexts[msg.metadata.dst_node_id]
-                self._futures[msg_id] = (msg, self.pool.submit(_answer_in_worker, msg, context))
+                self._futures[msg_id] = (msg, self.pool.submit(answer_in_worker, msg, context))
             ids.append(msg_id)
         return ids
 
@@ -261,7 +175,7 @@ class InProcessGrid(Grid):
                 # so that a handler that raises leaves the node's context as it was.
                 context = self.contexts[msg.metadata.dst_node_id]
                 answers.append(
-                    (msg, _answer(self.client_app, copy.deepcopy(msg), copy.deepcopy(context)))
+                    (msg, answer(self.client_app, copy.deepcopy(msg), copy.deepcopy(context)))
                 )
         else:
             done = [i for i in wanted if i in self._futures and self._futures[i][1].done()]
@@ -346,5 +260,5 @@ def run_inprocess(
         server_app(grid, Context(RUN_ID, SERVERAPP_NODE_ID, {}, RecordDict(), run_config))
     finally:
         grid.close()
-        TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None
+        _clear_task_identity()
     return RunFolder(Path(run_config["output-dir"])).read_summary(), grid

@@ -4,9 +4,10 @@ names a public app module, and a name it takes from one is among that module's `
 A private module (`flwr.server...`, `flwr.proto...`, `flwr.supercore...`) can change or go
 in any Flower release, and its objects are not the app's to patch.
 
-The engine beside the app, `pfedgm_engine/inprocess.py`, runs the ServerApp and ClientApps in
-one process as Flower's simulation engine does, and needs the runtime names listed in
-`ENGINE_NAMES` (pinned: a new one fails here); no FAB carries it (`tests/test_fab.py`)."""
+The engine beside the app, `pfedgm_engine` (`inprocess.py` and the modules it uses), runs the
+ServerApp and ClientApps in one process as Flower's simulation engine does, and needs the
+runtime names listed in `ENGINE_NAMES` (pinned: a new one fails here); no FAB carries it
+(`tests/test_fab.py`)."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def test_the_walk_finds_every_flwr_import(tmp_path):
     assert "not in flwr.serverapp.__all__" in not_public("flwr.serverapp", "grid")
 
 
-ENGINE = PACKAGE.parent / "pfedgm_engine" / "inprocess.py"
+ENGINE = sorted((PACKAGE.parent / "pfedgm_engine").glob("*.py"))
 ENGINE_NAMES = {("flwr.clientapp.client_app", "ClientAppException"),
                 ("flwr.clientapp.client_app", "LoadClientAppError"),
                 ("flwr.common.constant", "ErrorCode"), ("flwr.supercore.run", "Run"),
@@ -84,5 +85,11 @@ def test_pfedgm_app_imports_only_flowers_public_api():
 
 
 def test_the_in_process_engine_takes_only_its_pinned_engine_names():
-    taken = {(module, name) for _, module, name in flwr_imports(ENGINE) if not_public(module, name)}
+    assert PACKAGE.parent / "pfedgm_engine" / "inprocess.py" in ENGINE
+    taken = {
+        (module, name)
+        for path in ENGINE
+        for _, module, name in flwr_imports(path)
+        if not_public(module, name)
+    }
     assert taken == ENGINE_NAMES
