@@ -17,10 +17,11 @@ from flwr.serverapp import Grid, ServerApp
 
 from . import initial_model
 from .data import resolve_dataset
-from .experiment import RunStopped, experiment
+from .experiment import experiment
 from .federation import discover_clients
 from .methods import parse_run_config
 from .results import RunWriter
+from .rounds import RunStopped
 from .settings import ConfigError
 from .strategies import WindowedGrid
 from .strategies.window import messages_in_flight

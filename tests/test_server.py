@@ -273,9 +273,9 @@ def test_fewer_nodes_than_min_nodes_for_the_wait_timeout_ends_the_run():
 
 
 def test_the_round_loop_numbers_rounds_from_a_resume_and_reports_each_round():
-    """`experiment.Rounds`: rounds done+1..last, the arrays carried from round to round, and
+    """`rounds.Rounds`: rounds done+1..last, the arrays carried from round to round, and
     `after_round` (outputs, checkpoint) called once per round with its aggregate."""
-    from pfedgm_app.experiment import Rounds
+    from pfedgm_app.rounds import Rounds
 
     grid = TrainingGrid({1: (0, 2), 2: (1, 2)})
     strategy = PersonalizedFedAvg(fraction_train=1.0, min_available_nodes=2)
@@ -299,7 +299,7 @@ class FailingGrid(TrainingGrid):
 
 
 def test_when_no_round_aggregates_the_run_stops_naming_the_rounds_not_personalizing():
-    from pfedgm_app.experiment import Rounds
+    from pfedgm_app.rounds import Rounds
 
     grid = FailingGrid({1: (0, 2), 2: (1, 2)})
     strategy = PersonalizedFedAvg(fraction_train=1.0, min_available_nodes=2)
