@@ -78,16 +78,29 @@ def run(
     """Check the run-config (exit 2 on problems, nothing submitted), submit the run through
     `flwr run` (APP_DIR: the app's project folder, by default this one's; SUPERLINK: a
     connection of $FLWR_HOME/config.toml, by default the local simulation) and follow it to
-    its end. Exit 0 when it completed; 1 when it did not, the app's line saying why last."""
+    its end. Exit 0 when it completed, with its result and where its files are; 1 when it did
+    not, the app's line saying why last. Without --run-config: the smoke protocol on the local
+    data copy where there is one (`default_run`). The local SuperLink gets the environment a
+    run needs, and is restarted when it was started with another (`default_run.run_env`)."""
+    from .default_run import default_run, run_env, superlink_ready
     from .paper.flwr_cli import APP_DIR
-    from .submit import failure, follow, submit
+    from .submit import failure, follow, outcome, submit, unfinished_runs
+    from .superlink import flwr_home
 
     app_dir = (app_dir or APP_DIR).resolve()
     if not (app_dir / "pyproject.toml").is_file():
         _refuse([f"APP_DIR {app_dir}: no pyproject.toml; give the app's project folder"])
-    _checked(run_config)
-    env = dict(os.environ)
+    if not run_config:
+        run_config, default_federation = map(tuple, default_run(Path.cwd()))
+        federation_config = federation_config or (() if superlink else default_federation)
+        click.echo(f"pfedgm run: {' '.join(run_config)} (no --run-config: the smoke run)")
+    cfg = _checked(run_config)
+    env = run_env(os.environ)
     try:
+        if superlink is None and (
+            note := superlink_ready(flwr_home(), env, lambda: unfinished_runs(env))
+        ):
+            click.echo(f"pfedgm run: {note}")
         run_id = submit(app_dir, run_config, federation_config, superlink, env)
     except (RuntimeError, ValueError) as exc:  # not submitted; ValueError: no flwr on PATH
         click.echo(f"pfedgm run: {exc}", err=True)
@@ -102,6 +115,8 @@ def run(
     if status != "finished:completed":
         click.echo(failure(run_id, superlink, env), err=True)
         sys.exit(1)
+    if cfg.output_dir:
+        click.echo(f"pfedgm run: {outcome(Path(cfg.output_dir))}")
 
 
 @main.command(context_settings=PASS_THROUGH, short_help="Classify images with a client's model.")

@@ -78,6 +78,36 @@ def failure(run_id: str, superlink: str | None, env: dict[str, str]) -> str:
     return details if details and isinstance(details, str) else f"see flwr log {run_id} --show"
 
 
+def unfinished_runs(env: dict[str, str]) -> list[str]:
+    """The runs of the local SuperLink of `env` that have not finished, as "run ID (status)";
+    [] when it answers nothing readable."""
+    out = flwr(["list", "--format", "json"], env, check=False, timeout=60).stdout
+    try:
+        runs = json.loads(out[out.index("{") :]).get("runs") or []
+    except (ValueError, AttributeError):
+        return []
+    return [
+        f"run {r.get('run-id')} ({r.get('status')})"
+        for r in runs
+        if isinstance(r, dict) and not str(r.get("status", "")).startswith("finished")
+    ]
+
+
+def outcome(output_dir: Path) -> str:
+    """A completed run's result and where its files are, in one line (from its summary)."""
+    try:
+        summary = json.loads((output_dir / "summary.json").read_text())
+        if summary["mean-accuracy"] is None:
+            return f"no client could be evaluated (see clients.csv); its files: {output_dir}"
+        result = (
+            f"personalized accuracy {summary['mean-accuracy']:.2f} % (std "
+            f"{summary['std-accuracy']:.2f}) over {summary['num-clients-evaluated']} clients"
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        result = "no readable summary.json"
+    return f"{result}; its files: {output_dir}"
+
+
 def _listed(run_id: str, superlink: str | None, env: dict[str, str]) -> dict:
     cmd = ["list", *_link(superlink), "--run-id", run_id, "--format", "json"]
     return parse_listed(flwr(cmd, env, check=False).stdout, run_id)

@@ -172,7 +172,9 @@ class FakeFlower:
 
 
 @pytest.fixture
-def flower(monkeypatch) -> FakeFlower:
+def flower(monkeypatch, tmp_path) -> FakeFlower:
+    """A fake `flwr`, and an FLWR_HOME of the test's own: no SuperLink of the user's is seen."""
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
     fake = FakeFlower()
     monkeypatch.setattr(submit, "flwr", fake)
     monkeypatch.setattr(submit, "flwr_command", lambda: "true")  # `flwr log` ends at once
@@ -191,7 +193,34 @@ def test_run_submits_the_options_as_given_and_exits_0_when_the_run_completed(flo
     assert result.exit_code == 0, result.output
     options = ["--run-config", run_config, "--federation-config", "num-supernodes=4"]
     assert flower.calls[0] == ["run", str(APP_DIR), *options, "--format", "json"]
-    assert result.output.splitlines()[-1] == "pfedgm run: run 7 finished:completed"
+    assert result.output.splitlines()[-1] == (
+        f"pfedgm run: no readable summary.json; its files: {tmp_path / 'out'}"
+    )
+    (tmp_path / "out").mkdir()  # a completed run's summary: its result, then where it is
+    summary = {"mean-accuracy": 61.5, "std-accuracy": 7.25, "num-clients-evaluated": 4}
+    (tmp_path / "out" / "summary.json").write_text(json.dumps(summary))
+    result = pfedgm("run", "-c", f"preset='smoke' output-dir='{tmp_path / 'out2'}'")
+    assert "pfedgm run: run 7 finished:completed" in result.output
+    outcome = submit.outcome(tmp_path / "out")
+    assert (
+        outcome
+        == f"personalized accuracy 61.50 % (std 7.25) over 4 clients; its files: {tmp_path / 'out'}"
+    )
+
+
+def test_a_bare_run_is_the_smoke_run_from_the_local_copy_into_a_fresh_folder(
+    flower, tmp_path, monkeypatch
+):
+    """No --run-config: the smoke preset's -offline twin (../shared/data is beside this
+    checkout), 4 SuperNodes, output under ./outputs, said in the first line."""
+    monkeypatch.chdir(tmp_path)
+    result = pfedgm("run")
+    assert result.exit_code == 0, result.output
+    sent = flower.calls[0]
+    run_config = sent[sent.index("--run-config") + 1]
+    assert run_config.startswith(f"preset='smoke-offline' output-dir='{tmp_path}/outputs/smoke-")
+    assert sent[sent.index("--federation-config") + 1] == "num-supernodes=4"
+    assert result.output.splitlines()[0].endswith("(no --run-config: the smoke run)")
 
 
 def test_a_failed_run_exits_1_with_the_apps_line_last(flower):
