@@ -83,6 +83,7 @@ def run(
     data copy where there is one (`default_run`). The local SuperLink gets the environment a
     run needs, and is restarted when it was started with another (`default_run.run_env`)."""
     from .default_run import default_run, run_env, superlink_ready
+    from .federation_args import connection_problem, federation_config_problems
     from .paper.flwr_cli import APP_DIR
     from .submit import failure, follow, outcome, submit, unfinished_runs
     from .superlink import flwr_home
@@ -94,6 +95,12 @@ def run(
         run_config, default_federation = map(tuple, default_run(Path.cwd()))
         federation_config = federation_config or (() if superlink else default_federation)
         click.echo(f"pfedgm run: {' '.join(run_config)} (no --run-config: the smoke run)")
+    if superlink is None:  # the simulation's keys; a named connection: it must exist
+        problems = federation_config_problems(federation_config)
+    else:
+        problems = [p for p in [connection_problem(superlink, flwr_home())] if p]
+    if problems:
+        _refuse(problems)
     cfg = _checked(run_config)
     env = run_env(os.environ)
     try:
