@@ -12,7 +12,20 @@ python -m build --outdir "$work/dist" "$root" > "$work/build.log"
 ls "$work"/dist/pfedgm_app-*.tar.gz > /dev/null  # the sdist too
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install --quiet --upgrade pip
-"$work/venv/bin/pip" install --quiet "$work"/dist/pfedgm_app-*.whl
+# The library install of examples/quickstart-pfedgm/README.md: PyTorch's CPU build from its
+# index, in the same step. Where that index cannot be reached (an offline CI's registry
+# mirror), the configured indexes give torch, and the CPU check below is skipped.
+cpu_torch=https://download.pytorch.org/whl/cpu
+if python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + "/torch/", timeout=10)' "$cpu_torch" 2>/dev/null; then
+  index=(--extra-index-url "$cpu_torch")
+else
+  echo "wheel check: $cpu_torch cannot be reached; torch from the configured indexes" >&2
+  index=()
+fi
+"$work/venv/bin/pip" install --quiet "$work"/dist/pfedgm_app-*.whl "${index[@]}"
+if [ ${#index[@]} -gt 0 ]; then  # no CUDA build pulled in
+  "$work/venv/bin/python" -c 'import torch; assert torch.version.cuda is None, torch.__version__'
+fi
 cp -r "$root/examples/quickstart-pfedgm" "$work/example"
 cd "$work"  # no clone on any path from here
 export PATH="$work/venv/bin:$PATH" FLWR_HOME="$work/flwr-home"
