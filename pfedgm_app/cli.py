@@ -101,7 +101,8 @@ def run(
         problems = [p for p in [connection_problem(superlink, flwr_home())] if p]
     if problems:
         _refuse(problems)
-    cfg = _checked(run_config)
+    # the run-config's keys are this app's; another app (APP_DIR) checks its own
+    cfg = _checked(run_config) if app_dir == APP_DIR.resolve() else None
     env = run_env(os.environ)
     try:
         if superlink is None and (
@@ -122,7 +123,7 @@ def run(
     if status != "finished:completed":
         click.echo(failure(run_id, superlink, env), err=True)
         sys.exit(1)
-    if cfg.output_dir:
+    if cfg is not None and cfg.output_dir:
         click.echo(f"pfedgm run: {outcome(Path(cfg.output_dir))}")
 
 

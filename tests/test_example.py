@@ -47,6 +47,28 @@ def test_example_project_runs_pfedgm_and_personalization_beats_its_global_model(
     assert summary["mean-accuracy"] > global_model + 5, summary
 
 
+@pytest.mark.e2e
+def test_pfedgm_run_of_a_clientapp_without_the_personalize_handler_fails_before_round_1(
+    flower_env, tmp_path, cifar10
+):
+    """The example with its `@app.train("personalize")` handler removed, through `pfedgm run
+    APP_DIR`: no round trains, the exit is 1, and the last line names the decorator to add."""
+    app = tmp_path / "app"
+    shutil.copytree(EXAMPLE, app, ignore=shutil.ignore_patterns("outputs", "__pycache__"))
+    client = app / "pfedgm_example" / "client_app.py"
+    code = client.read_text()
+    client.write_text(code[: code.index('@app.train("personalize")')])
+    cfg = f"data-dir='{cifar10}' num-server-rounds=2 output-dir='{tmp_path / 'out'}'"
+    cmd = [sys.executable, "-m", "pfedgm_app.cli", "run", str(app), "--run-config", cfg]
+    done = subprocess.run(cmd, env=flower_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "[ROUND 1" not in done.stdout
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("pFedGM app: the ClientApp of node"), last
+    assert 'add `@app.train("personalize")`' in last, last
+
+
 def _example_server_app():
     """The example's ServerApp object, imported from its folder (it is not installed here)."""
     import importlib

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 from typing import Any
 
 from flwr.app import (
@@ -29,6 +29,7 @@ from .. import wire
 from .admission import ReplyAdmission
 from .contract import arrays_problem
 from .personalization_result import PersonalizationResult, collect
+from .probe import missing_handler
 from .robust import AGGREGATIONS, clip_updates, combine, merge_arrays, weighted_mean
 from .sampling import sample_nodes, wait_for_nodes
 from .suspects import MAX_RECORDED, SuspectNaming
@@ -141,19 +142,10 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         a ClientApp with no handler for it (Flower's "No ... function registered") ends the run
         here, in one line naming the decorator to add, not after every round has trained. Any
         other answer (the handler failing on the empty message) passes."""
-        category, _, action = self.personalize_message_type.partition(".")
         node = min(wait_for_nodes(grid, self.min_available_nodes, timeout=self.node_wait_timeout))
-        probe = Message(RecordDict(), message_type=self.personalize_message_type, dst_node_id=node)
-        missing = f"No {category} function registered with name '{action}'"
-        for reply in grid.send_and_receive([probe], timeout=timeout):
-            if reply.has_error() and missing in str(reply.error.reason):
-                raise RuntimeError(
-                    f"the ClientApp of node {node} has no handler for "
-                    f"'{self.personalize_message_type}', which the final personalize round "
-                    f'sends: add `@app.{category}("{action}")` '
-                    "returning `pfedgm_app.replies.personalize_reply(msg, {'accuracy': a, "
-                    "'num-test': n})` (examples/quickstart-pfedgm/README.md)"
-                )
+        if why := missing_handler(grid, node, self.personalize_message_type, timeout):
+            log(ERROR, "pFedGM app: %s", why)  # `pfedgm run` shows the app's line last
+            raise RuntimeError(why)
 
     # -- training rounds ----------------------------------------------------------------------
     def configure_train(
