@@ -1,13 +1,15 @@
 """`pfedgm`: the app's one command. A thin click layer over plain functions (`check`, `submit`,
-`predict`, `paper.cli`, `superlink`), each imported when its command runs, so that `pfedgm
-check` imports neither torch nor flwr.
+`default_run`, `predict`, `paper.cli`, `superlink`, `supernode`), each imported when its
+command runs, so that `pfedgm check` imports neither torch nor flwr.
 
     pfedgm check --run-config "method='fedavg' num-server-rounds=50"
+    pfedgm run                     # the smoke run
     pfedgm run --run-config "preset='smoke' output-dir='/abs/out'" \
         --federation-config "num-supernodes=4"
     pfedgm predict /abs/out/models/client-0.safetensors examples/images/
     pfedgm paper list
     pfedgm superlink stop
+    pfedgm supernode stop --port 9094
 
 Bad input: one line per problem on stderr, exit 2.
 """
@@ -34,7 +36,7 @@ PASS_THROUGH = {"ignore_unknown_options": True, "help_option_names": []}  # --he
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """pFedGM on Flower: check a run-config, run it, predict with a client's model, run the
-    paper's tables, stop the managed SuperLink."""
+    paper's tables, stop the managed SuperLink or SuperNodes."""
 
 
 @main.command(short_help="Validate a run-config here, before any simulation.")
