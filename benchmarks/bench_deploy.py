@@ -33,9 +33,9 @@ from pathlib import Path
 from benchmarks import anatomy
 from devtools.deployment import add_executor_options, executor_env, start_deployment
 from devtools.devices import write_devices
-from devtools.launch import stop_local_superlink
 from pfedgm_app.paper.flwr_cli import offline_env, run_app
 from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.superlink import stop_local_superlink
 
 ROOT = Path(__file__).resolve().parents[1]
 

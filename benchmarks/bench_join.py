@@ -36,13 +36,13 @@ from PIL import Image
 
 from devtools.deployment import add_executor_options, executor_env, start_deployment
 from devtools.devices import write_devices
-from devtools.launch import stop_local_superlink
 from pfedgm_app import personal_model, predict
 from pfedgm_app.config import RunConfig
 from pfedgm_app.data import ClientData
 from pfedgm_app.methods import METHODS, ClientState, ClientTask
 from pfedgm_app.paper.flwr_cli import offline_env, run_app
 from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.superlink import stop_local_superlink
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -42,14 +42,14 @@ from flwr.app import ArrayRecord, RecordDict
 from flwr.common import serde
 from torch import nn
 
-from devtools.launch import stop_local_superlink
 from devtools.layout import plain_layout
-from devtools.processes import cmdline, superlink_tree
 from pfedgm_app.methods import get_method
 from pfedgm_app.models import build_model
 from pfedgm_app.paper.cli import set_keys
 from pfedgm_app.paper.flwr_cli import offline_env, run_app
+from pfedgm_app.processes import cmdline
 from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.superlink import stop_local_superlink, superlink_tree
 from pfedgm_app.training import make_sgd, run_epochs, supervised_step
 
 ROOT = Path(__file__).resolve().parents[1]

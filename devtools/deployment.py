@@ -14,8 +14,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devtools.processes import kill, process_tree
 from pfedgm_app.paper.flwr_cli import flwr, free_port
+from pfedgm_app.processes import kill, process_tree
 
 
 def add_executor_options(parser: argparse.ArgumentParser) -> None:

@@ -164,20 +164,25 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description="Presets: print the docs/presets.md table or write conf/"
-    )
-    parser.add_argument("--write", action="store_true", help=f"(re)write {CONF_DIR}/*.toml")
-    args = parser.parse_args()
-    if not args.write:
-        print(markdown_table())
-        return
+def write_conf() -> int:
+    """(Re)write `conf/*.toml` from `PRESETS`, dropping files of presets that are gone; returns
+    how many were written. The presets' table of docs/presets.md is written with the other
+    reference pages (`python -m devtools.reference`)."""
     for old in CONF_DIR.glob("*.toml"):
         old.unlink()
     for preset in PRESETS.values():
         (CONF_DIR / f"{preset.name}.toml").write_text(preset.toml())
-    print(f"wrote {len(PRESETS)} presets to {CONF_DIR}")
+    return len(PRESETS)
+
+
+def main() -> None:
+    """`python -m pfedgm_app.presets --write`: the command the generated files name."""
+    parser = argparse.ArgumentParser(description="Presets: write conf/*.toml from PRESETS")
+    parser.add_argument(
+        "--write", action="store_true", required=True, help=f"(re)write {CONF_DIR}/*.toml"
+    )
+    parser.parse_args()
+    print(f"wrote {write_conf()} presets to {CONF_DIR}")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,6 @@
 meaning (the field's `doc`), so the page (written with the other references by
 `python -m devtools.reference`) is the code's own account; a test requires a meaning for every
 key.
-
-`python -m pfedgm_app.run_config_doc` prints the run-config tables.
 """
 
 from __future__ import annotations
@@ -66,7 +64,3 @@ def run_config_tables() -> str:
             lines.append(f"| `{key}` | `{toml_value(default)}` | {bound} | {meaning} |")
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
-
-
-if __name__ == "__main__":
-    print(run_config_tables())

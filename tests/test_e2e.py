@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from devtools.deployment import start_deployment
-from devtools.launch import stop_local_superlink
 from pfedgm_app import diagnostics
 from pfedgm_app.data import Protocol, client_indices
 from pfedgm_app.initial_model import load_state
 from pfedgm_app.paper.flwr_cli import offline_env, run_app
 from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.superlink import stop_local_superlink
 
 pytestmark = pytest.mark.e2e
 

@@ -17,12 +17,12 @@ import pytest
 from click.testing import CliRunner
 
 from devtools.deployment import start_deployment
-from devtools.launch import stop_local_superlink
 from pfedgm_app import processes
 from pfedgm_app import supernode as supernode_module
 from pfedgm_app.cli import main
 from pfedgm_app.paper.flwr_cli import offline_env
 from pfedgm_app.processes import alive, process_tree
+from pfedgm_app.superlink import stop_local_superlink
 from pfedgm_app.supernode import select, supernode_tree, supernodes
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,8 @@ meanings, summary), and listed here.
 
 Run-config parsing, the strategy the ServerApp builds, the `pyproject.toml` keys (checked by a
 test), the rows of the paper's tables (`paper.grid`), the method table of docs/methods.md
-(`python -m pfedgm_app.methods`) and the keys of docs/run-config.md all come from `METHODS`.
+(`markdown_table`, written by `python -m devtools.reference`) and the keys of
+docs/run-config.md all come from `METHODS`.
 A method's `Settings` live in `method_settings`, which parses without torch (`pfedgm check`).
 """
 

@@ -34,20 +34,11 @@ CORRUPTION = [
     for c in ("50c", "100c")
 ]
 MODERATE = [f"moderate-{c}" for c in STANDARD]
-RUNTIME = ["cifar10-dir05", "cifar100-dir05"]  # the paper's runtime table is on Dir(0.5)
 # Decoupling: the paper's columns are CIFAR-10S/100S Dir(0.1)/(0.5); its G.M. + D. row equals
 # pFedGM's 100C values of the corruption table, so these are the 100C presets.
 DECOUPLING = [c for c in CORRUPTION if c.endswith("-100c")]
-# Generalization: the paper's row names -> the app's client types (`data.roles.client_type`,
-# the corruption names of `data.corruptions.CORRUPTIONS`): Original Clients -> original,
-# motion -> motion_blur, defocus -> defocus_blur, gaussian -> gaussian_noise, shot ->
-# shot_noise, impulse -> impulse_noise, jpeg -> jpeg_compression; clean, frost, fog,
-# brightness, contrast as they are.
 # fmt: off
-GENERALIZATION = ["original", "clean", "motion_blur", "defocus_blur", "gaussian_noise",
-                  "shot_noise", "impulse_noise", "frost", "fog", "jpeg_compression",
-                  "brightness", "contrast"]
-# The paper's method columns; its "FedBAU" is FedBABU.
+# Generalization: the paper's method columns; its "FedBAU" is FedBABU.
 GENERALIZATION_METHODS = ["fedavg", "fedavgft", "fedbabu", "pfedme", "lgfedavg", "fedpac",
                           "pfedfda", "pfedgm"]
 # fmt: on
@@ -130,6 +121,11 @@ PUBLISHED: dict[str, Table] = {
                    (56.25, 8.3), (53.72, 8.3), (39.05, 6.5), (36.58, 6.6)],
     }),
     # As the paper prints it: one row per client type, one column per method (then transposed).
+    # The paper's row names -> the app's client types (`data.roles.client_type`, the corruption
+    # names of `data.corruptions.CORRUPTIONS`): Original Clients -> original, motion ->
+    # motion_blur, defocus -> defocus_blur, gaussian -> gaussian_noise, shot -> shot_noise,
+    # impulse -> impulse_noise, jpeg -> jpeg_compression; clean, frost, fog, brightness,
+    # contrast as they are.
     "generalization": _transpose(_table(GENERALIZATION_METHODS, {
         "original": [(57.64, 7.8), (72.38, 8.4), (69.18, 9.5), (68.25, 9.0),
                      (63.25, 11), (73.70, 8.7), (73.96, 8.6), (74.80, 7.3)],
