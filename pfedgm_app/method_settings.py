@@ -4,13 +4,15 @@ of a second: importing the methods themselves (`methods/`) takes torch, seconds 
 machine. Each method's module imports its settings from here and declares them on its `Method`;
 `methods.parse_run_config` parses with the registry's, `pfedgm check` with `SETTINGS`, and a test
 keeps the two equal: a new method's settings go here, and its name with them in `SETTINGS`.
+What a method does with its settings stays in its module: this one imports nothing from
+`methods/` (the methods import it; an import back would be a cycle and bring torch).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .config import RunConfig
 from .presets import apply_preset
@@ -26,9 +28,6 @@ from .readings import (
     RC_INPUTS,
 )
 from .settings import ConfigError, Settings, above, at_least, setting
-
-if TYPE_CHECKING:
-    from .methods.base import ClientTask
 
 
 @dataclass(frozen=True)
@@ -102,11 +101,6 @@ class LGFedAvgSettings(Settings):
         "run as FedAvg (every layer global) before the split into global convolutions and local "
         "fully connected layers")
     # fmt: on
-
-    def warm(self, task: ClientTask) -> bool:
-        """Whether this round is one of the FedAvg rounds before the split."""
-        warmup = int(self.warmup_fraction * task.cfg.num_server_rounds)
-        return 0 < task.server_round <= warmup
 
 
 @dataclass(frozen=True)

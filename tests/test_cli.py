@@ -5,9 +5,11 @@ own entry points do."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -152,6 +154,18 @@ def test_check_imports_neither_torch_nor_flwr():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     ok = "ok: method=fedpac dataset=uoft-cs/cifar10 num-server-rounds=2 output-dir=(a fresh folder)"
     assert out.stdout.splitlines() == [ok, "[]"]
+
+
+def test_the_settings_module_imports_nothing_of_the_methods():
+    # the methods import their settings from it: an import back (even for a type) is a cycle,
+    # and method logic in the module `check` imports without torch
+    tree = ast.parse(Path(method_settings.__file__).read_text())
+    imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    for node in ast.walk(tree):  # `from .methods.base import X`, `from . import methods`
+        if isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            imported += [base] + [f"{base}.{a.name}" for a in node.names]
+    assert [m for m in imported if "methods" in m.split(".")] == []
 
 
 class FakeFlower:

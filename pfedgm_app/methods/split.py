@@ -40,8 +40,14 @@ class LGFedAvgClient(ClientPlugin):
 
     sends = ("convolutions",)
 
+    def warm(self, task: ClientTask) -> bool:
+        """Whether this round is one of the FedAvg rounds before the split (the first
+        `lgfedavg-warmup-fraction` of `num-server-rounds`, rounded down)."""
+        warmup = int(self.settings.warmup_fraction * task.cfg.num_server_rounds)
+        return 0 < task.server_round <= warmup
+
     def train(self, model: Model, task: ClientTask) -> Reply:
-        if self.settings.warm(task):  # FedAvg: nothing kept, everything sent
+        if self.warm(task):  # FedAvg: nothing kept, everything sent
             metrics = task.epochs(supervised_step(model), model.parameters(), task.cfg.local_epochs)
             return Reply(dict(model.state_dict()), metrics, {})
         return super().train(model, task)
