@@ -49,10 +49,13 @@ class Rounds:
             config = ConfigRecord()
             messages = list(self.strategy.configure_train(server_round, arrays, config, self.grid))
             late = getattr(self.grid, "late", 0)  # `WindowedGrid`'s stragglers, over the run
+            stale = getattr(self.grid, "stale", 0)  # and its replies to no message of the round
             replies = list(self.grid.send_and_receive(messages, timeout=self.timeout))
             update, metrics = self.strategy.aggregate_train(server_round, replies)
             if metrics is not None and (late := getattr(self.grid, "late", 0) - late):
                 metrics["replies-late"] = late
+            if metrics is not None and (stale := getattr(self.grid, "stale", 0) - stale):
+                metrics["replies-stale"] = stale
             if update is None:
                 problem = self.strategy.round_problem(server_round)
                 failed[server_round] = problem or first_failure(

@@ -116,6 +116,28 @@ def test_a_training_round_waits_for_stragglers_a_time_its_own_replies_give(monke
     assert time.monotonic() - started >= 1.0
 
 
+class StaleGrid(FakeGrid):
+    """With each pull, also a reply to a message of an earlier round (an id never pushed here)
+    from node 0, and a second reply to node 1's message."""
+
+    def pull_messages(self, message_ids):
+        replies = list(super().pull_messages(message_ids))
+        old = Message(RecordDict(), reply_to=_messages([0])[0])
+        old.metadata.__dict__["_reply_to_message_id"] = "an-earlier-round"
+        again = Message(RecordDict(), reply_to=_messages([0])[0])
+        again.metadata.__dict__["_reply_to_message_id"] = "m1"
+        return replies + [old, again] if replies else replies
+
+
+def test_a_reply_to_no_message_of_the_exchange_is_dropped_as_it_arrives():
+    """Node 0 stays silent in this round while replies to other messages arrive: they are
+    dropped and counted (`stale`), node 0's real reply is still waited for (late)."""
+    grid = WindowedGrid(StaleGrid(silent=[0]), 0, poll_interval=0.001)
+    replies = grid.send_and_receive(_messages(range(4)), timeout=0.5)
+    assert sorted(r.metadata.reply_to_message_id for r in replies) == ["m1", "m2", "m3"]
+    assert grid.stale >= 2 and grid.late == 1
+
+
 def test_delegates_everything_else():
     inner = FakeGrid()
     assert list(WindowedGrid(inner, 2).get_node_ids()) == [1, 2, 3]

@@ -64,7 +64,9 @@ class WindowedGrid(Grid):
     `train` message is pushed and half of them answered, the rest get `straggler_wait` times
     as long as that half took (at least `STRAGGLER_FLOOR` seconds), not the whole `timeout`:
     a client that never answers (or answers another round's message) holds a round for that
-    long, not an hour. The replies then missing are counted in `late`. Other exchanges
+    long, not an hour. The replies then missing are counted in `late`; a reply to no message
+    of this exchange (another round's, or a second one) is dropped as it arrives and counted in
+    `stale`, so that it neither stands for its node nor ends a wait. Other exchanges
     (queries, which may decode data first; the personalize round, whose every client counts)
     wait for `timeout`. `straggler_wait` 0: every exchange waits for `timeout`.
     """
@@ -75,7 +77,7 @@ class WindowedGrid(Grid):
         if window < 0:
             raise ValueError(f"window must be >= 0 (0: no limit), got {window}")
         self.grid, self.window, self.poll_interval = grid, window, poll_interval
-        self.straggler_wait, self.late = straggler_wait, 0
+        self.straggler_wait, self.late, self.stale = straggler_wait, 0, 0
 
     # -- delegated (Flower's run and node types are not public: passed through unannotated) --
     def set_run(self, run) -> None:
@@ -129,8 +131,12 @@ class WindowedGrid(Grid):
                 batch = [pending.pop() for _ in range(min(free, len(pending)))]
                 in_flight.update(i for i in self.grid.push_messages(batch) if i)  # None: refused
             arrived = list(self.grid.pull_messages(in_flight)) if in_flight else []
-            replies.extend(arrived)
-            in_flight.difference_update(m.metadata.reply_to_message_id for m in arrived)
+            for reply in arrived:
+                if reply.metadata.reply_to_message_id in in_flight:
+                    in_flight.remove(reply.metadata.reply_to_message_id)
+                    replies.append(reply)
+                else:
+                    self.stale += 1
             now = time.monotonic()
             if stragglers and not pending and 2 * len(replies) >= total > 1:
                 cap = now + max(STRAGGLER_FLOOR, self.straggler_wait * (now - start))
