@@ -14,7 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pfedgm_app.paper.flwr_cli import flwr, free_port
+from pfedgm_app.paper.flwr_cli import flwr, flwr_json, free_port
 from pfedgm_app.processes import kill, process_tree
 
 
@@ -180,10 +180,7 @@ def _register_supernode(public_key: Path, federation: str, env: dict[str, str]) 
     the node id the SuperLink gives it."""
     args = ["supernode", "register", str(public_key), federation, "--format", "json"]
     out = flwr(args, env, check=False)
-    try:
-        answer = json.loads(out.stdout[out.stdout.index("{") :])
-    except ValueError:
-        answer = {}
+    answer = flwr_json(out.stdout)
     if out.returncode or not answer.get("success"):
         raise RuntimeError(
             f"flwr supernode register {public_key} failed:\n{out.stdout}{out.stderr}"

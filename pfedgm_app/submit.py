@@ -14,7 +14,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .paper.flwr_cli import UNKNOWN, UNKNOWN_ANSWERS, flwr, flwr_command, parse_listed
+from .paper.flwr_cli import (
+    UNKNOWN,
+    UNKNOWN_ANSWERS,
+    flwr,
+    flwr_command,
+    flwr_json,
+    parse_listed,
+)
 
 APP_LINE = "pFedGM app:"  # the app's log lines; a refused run's cause is its last ERROR one
 POLL_SECONDS = 1.0  # between `flwr list`s once a log stream ended before its run
@@ -36,10 +43,7 @@ def submit(
     for value in federation_config:
         cmd += ["--federation-config", value]
     out = flwr([*cmd, "--format", "json"], env, check=False, timeout=300)
-    try:
-        answer = json.loads(out.stdout[out.stdout.index("{") :])
-    except ValueError:
-        answer = {}
+    answer = flwr_json(out.stdout)
     run_id = answer.get("run-id")
     if run_id in (None, "") or answer.get("success") is not True:
         said = str(answer.get("error-message") or out.stderr or out.stdout)
@@ -81,10 +85,9 @@ def failure(run_id: str, superlink: str | None, env: dict[str, str]) -> str:
 def unfinished_runs(env: dict[str, str]) -> list[str]:
     """The runs of the local SuperLink of `env` that have not finished, as "run ID (status)";
     [] when it answers nothing readable."""
-    out = flwr(["list", "--format", "json"], env, check=False, timeout=60).stdout
-    try:
-        runs = json.loads(out[out.index("{") :]).get("runs") or []
-    except (ValueError, AttributeError):
+    listed = flwr(["list", "--format", "json"], env, check=False, timeout=60).stdout
+    runs = flwr_json(listed).get("runs")
+    if not isinstance(runs, list):
         return []
     return [
         f"run {r.get('run-id')} ({r.get('status')})"

@@ -10,7 +10,6 @@ below the messages).
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,7 +22,7 @@ from devtools.deployment import start_deployment
 from devtools.reference import leaves_device_block, privacy_page
 from pfedgm_app import wire
 from pfedgm_app.methods import METHODS
-from pfedgm_app.paper.flwr_cli import offline_env, run_app
+from pfedgm_app.paper.flwr_cli import flwr_json, offline_env, run_app
 from pfedgm_app.run_folder import RunFolder
 from pfedgm_app.superlink import stop_local_superlink
 
@@ -119,7 +118,7 @@ def test_tls_deployment_admits_registered_supernodes_only(tmp_path, mnist):
     assert run.summary["num-clients-evaluated"] == 2, run.summary
     clients = RunFolder(tmp_path / "out").read_clients()
     assert sorted(row["partition-id"] for row in clients) == [0, 1], clients
-    nodes = json.loads(listed.stdout[listed.stdout.index("{") :])["nodes"]
+    nodes = flwr_json(listed.stdout)["nodes"]
     assert [n["status"] for n in nodes] == ["online", "online"], nodes  # the refused one: absent
 
 

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from pfedgm_app.paper import flwr_cli
-from pfedgm_app.paper.flwr_cli import parse_listed, run_app
+from pfedgm_app.paper.flwr_cli import flwr_json, parse_listed, run_app
 from pfedgm_app.run_folder import RunFolder
 
 SUBMITTED = '{"success": true, "run-id": 4217}'
@@ -84,6 +84,28 @@ def recorded(monkeypatch):
         return fake
 
     return install
+
+
+def test_flwr_json_reads_the_object_after_a_progress_line():
+    assert flwr_json(LISTED)["runs"][0]["run-id"] == "4217"
+    assert flwr_json(SUBMITTED) == {"success": True, "run-id": 4217}
+
+
+# Answers `flwr --format json` may give that hold no JSON object.
+NO_OBJECT = {
+    "text": "Connection refused",
+    "empty": "",
+    "a list": "[]",
+    "a list holding a brace": '["{"]',
+    "braces in text": "Error: {not json}",
+    "cut short": '{"success": true',
+    "nested too deep": '{"a": ' + "[" * 100_000,
+}
+
+
+@pytest.mark.parametrize("answer", NO_OBJECT.values(), ids=NO_OBJECT.keys())
+def test_flwr_json_of_an_answer_that_is_no_json_object_is_empty(answer):
+    assert flwr_json(answer) == {}
 
 
 def test_the_listing_of_a_known_run_gives_its_status():

@@ -4,7 +4,6 @@ logs each round once, and ends with the arrays of a run that was never stopped."
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import subprocess
 import time
@@ -22,7 +21,7 @@ from pfedgm_app.config import RunConfig
 from pfedgm_app.initial_model import load_state
 from pfedgm_app.methods import METHODS
 from pfedgm_app.methods.pfedgm import PFedGMSettings
-from pfedgm_app.paper.flwr_cli import run_app
+from pfedgm_app.paper.flwr_cli import flwr_json, run_app
 from pfedgm_app.results import RunWriter
 from pfedgm_app.run_folder import RunFolder
 from pfedgm_app.settings import ConfigError
@@ -66,7 +65,7 @@ def _unfinished_runs(env: dict[str, str]) -> set[str]:
     """Ids of the runs of this FLWR_HOME's SuperLink not finished yet (`flwr list`)."""
     listed = subprocess.run(["flwr", "list", "--format", "json"], env=env, capture_output=True,
                             text=True, check=True).stdout  # fmt: skip
-    runs = json.loads(listed[listed.index("{") :])["runs"]
+    runs = flwr_json(listed)["runs"]
     return {r["run-id"] for r in runs if not r["status"].startswith("finished")}
 
 

@@ -128,7 +128,7 @@ def run_app(
         cmd += [federation]
     cmd += ["--run-config", run_config_arg(run_config), "--format", "json"]
     out = flwr(cmd, env, check=False, timeout=300)
-    submitted = _json_object(out.stdout)
+    submitted = flwr_json(out.stdout)
     run_id = submitted.get("run-id")
     if submitted.get("success") is not True or not isinstance(run_id, int | str) or run_id == "":
         said = str(submitted.get("error-message") or out.stderr or out.stdout).splitlines()
@@ -160,8 +160,10 @@ def unknown_run(run_id: str, output_dir: Path) -> str:
     )
 
 
-def _json_object(stdout: str) -> dict:
-    """The JSON object a `flwr ... --format json` printed (after any other output), or {}."""
+def flwr_json(stdout: str) -> dict:
+    """The JSON object a `flwr ... --format json` printed, after any progress line it prints
+    first; {} when there is none, so that a SuperLink's odd answer is a missing key, not a crash.
+    """
     try:
         answer = json.loads(stdout[stdout.index("{") :])
     except (ValueError, RecursionError):
@@ -173,7 +175,7 @@ def parse_listed(stdout: str, run_id: str) -> dict:
     """The run `run_id` in what `flwr list --run-id RUN_ID --format json` printed: `status`,
     `status-details`, ...; {} when the answer does not hold it (no JSON, `success` false, no
     `runs`, another run), as from a SuperLink that does not know the run."""
-    runs = _json_object(stdout).get("runs")
+    runs = flwr_json(stdout).get("runs")
     if not isinstance(runs, list):
         return {}
     mine = [r for r in runs if isinstance(r, dict) and str(r.get("run-id", run_id)) == run_id]
