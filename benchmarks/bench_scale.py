@@ -29,7 +29,7 @@ import resource
 import tempfile
 from pathlib import Path
 
-from benchmarks.bench_speed import TreeSampler
+from benchmarks.tree_sampler import TreeSampler
 from pfedgm_app.paper.cli import set_keys
 from pfedgm_app.paper.flwr_cli import offline_env, run_app
 from pfedgm_app.run_folder import RunFolder
