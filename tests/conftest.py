@@ -54,9 +54,9 @@ def flower_env(tmp_path_factory):
 @pytest.fixture(scope="session")
 def every_method_run(mnist, tmp_path_factory):
     """Every method through the real ClientApp handlers in process, as docs/privacy.md is made
-    (`devtools.reference.record_replies`: two MNIST clients, two rounds): its folder (one
+    (`devtools.reference.privacy.record_replies`: two MNIST clients, two rounds): its folder (one
     output-dir per method), {method: its replies}, {method: its model}."""
-    from devtools.reference import record_replies
+    from devtools.reference.privacy import record_replies
 
     workdir = tmp_path_factory.mktemp("every-method")
     replies, models = record_replies(mnist, workdir)

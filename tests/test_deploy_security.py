@@ -19,7 +19,7 @@ from flwr.app import Array, ArrayRecord, MetricRecord
 from safetensors import safe_open
 
 from devtools.deployment import start_deployment
-from devtools.reference import leaves_device_block, privacy_page
+from devtools.reference.privacy import leaves_device_block, privacy_page
 from pfedgm_app import wire
 from pfedgm_app.methods import METHODS
 from pfedgm_app.paper.flwr_cli import flwr_json, offline_env, run_app

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from devtools import results_md
-from devtools.reference import COMMAND, pages
+from devtools.reference import COMMAND
+from devtools.reference.registry_pages import pages
 from pfedgm_app.methods import METHODS, markdown_table, settings_groups
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from devtools.reference import REPLY_RUN
+from devtools.reference.privacy import REPLY_RUN
 from pfedgm_app import client_app, node, personal_model, predict
 from pfedgm_app.config import RunConfig
 from pfedgm_app.data import ClientData, Protocol, load_client_data, to_tensor

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from devtools.reference import pages
+from devtools.reference.registry_pages import pages
 from devtools.same_numbers import TINY
 from pfedgm_app.methods import (
     METHODS,

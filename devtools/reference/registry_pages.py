@@ -1,44 +1,19 @@
-"""The reference pages under docs/, written from the code that defines what they describe.
-
-    python -m devtools.reference            # docs/run-config.md, methods.md, presets.md, privacy.md
-
-- `run-config.md`: every key, its default, bound and meaning (the settings groups' fields,
-  formatted by `pfedgm_app.run_config_doc`);
-- `methods.md`: the method registry's table (`pfedgm_app.methods.markdown_table`) and how to
-  add a method;
-- `presets.md`: the presets' table (`pfedgm_app.presets.markdown_table`);
-- `privacy.md`: what leaves a device, from the replies the real ClientApp handlers send (every
-  method in process, two MNIST clients, two rounds: a few seconds; needs the local MNIST copy,
-  `--data`).
-
-Tests regenerate the pages in memory and compare them with the files (`tests/test_docs.py`; the
-privacy page in `tests/test_deploy_security.py`): a change to a method, a key or a preset that
-is not regenerated fails there with this command in the message. A helper of the repository,
-not part of the app.
+"""docs/run-config.md, methods.md and presets.md, formatted from the registries alone (the
+settings groups, `METHODS`, `PRESETS`): no run and no data, so tests rebuild them in memory in
+a moment and compare them with the files.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-import tempfile
-from collections import defaultdict
-from pathlib import Path
-
-import pfedgm_engine.inprocess as inprocess
-from devtools.same_numbers import TINY
 from pfedgm_app import presets
-from pfedgm_app.methods import METHODS, get_method, markdown_table
+from pfedgm_app.methods import markdown_table
 from pfedgm_app.run_config_doc import run_config_tables
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
-COMMAND = "python -m devtools.reference"
-GENERATED = f"<!-- Written by `{COMMAND}` from the code; edit the code and run it again. -->"
+from . import COMMAND, GENERATED
 
 
 def run_config_page() -> str:
+    """docs/run-config.md: every key's default, bound and meaning, from the settings groups."""
     return f"""# Run-config keys
 
 {GENERATED}
@@ -135,12 +110,14 @@ GLOSSARY = [
 
 
 def glossary_table() -> str:
+    """methods.md's glossary: one name per concept across the paper, the code and the keys."""
     lines = ["| concept | paper | code | run-config, replies, files |", "|---|---|---|---|"]
     lines += ["| " + " | ".join(c or "-" for c in row) + " |" for row in GLOSSARY]
     return "\n".join(lines)
 
 
 def methods_page() -> str:
+    """docs/methods.md: the registry's table, the glossary and how to add a method."""
     return f"""# Methods (`method`)
 
 {GENERATED}
@@ -217,6 +194,7 @@ method this way and runs it.
 
 
 def presets_page() -> str:
+    """docs/presets.md: the presets' table and how a preset combines with other keys."""
     return f"""# Presets (`preset`)
 
 {GENERATED}
@@ -239,119 +217,6 @@ paper's are about 814). `num-supernodes` is the federation size the preset needs
 """
 
 
-# What leaves a device ---------------------------------------------------------------------
-
-# Two rounds (LG-FedAvg's warm-up round, then its own), every client trains in each; short.
-REPLY_RUN = {**TINY, "fraction-train": 1.0}
-PARTS = ("generator", "head", "convolutions")
-
-
-def record_replies(data: Path, workdir: Path) -> tuple[dict[str, list], dict]:
-    """Every method through the real ClientApp handlers (`pfedgm_engine.inprocess`, two
-    clients of `data`, two rounds): {method: [(node id, message type, {record name: record})]}
-    of every reply, and {method: its model}."""
-    replies: dict[str, list] = defaultdict(list)
-    client_app = inprocess.app_component("clientapp")
-    models = {}
-    for name in METHODS:
-
-        def recording(msg, context, name=name):
-            reply = client_app(msg, context)
-            if not reply.has_error():
-                content = dict(reply.content.items())  # record name: record
-                replies[name].append((context.node_id, msg.metadata.message_type, content))
-            return reply
-
-        cfg = {**REPLY_RUN, "method": name, "dataset": str(data), "output-dir": str(workdir / name)}
-        summary, _ = inprocess.run_inprocess(cfg, 2, client_app=recording)
-        if summary["num-clients-evaluated"] != 2:
-            raise RuntimeError(f"{name}: {summary['num-clients-evaluated']} clients of 2")
-        method = get_method(name)
-        models[name] = method.plugin(method.settings()).build_model((1, 28, 28), 10)
-    return replies, models
-
-
-def _parts(model, keys: set[str]) -> str:
-    """Array keys as the whole model parts they make up: "generator, head"."""
-    names, left = [], set(keys)
-    for part in PARTS:
-        if (part_keys := set(model.part_keys(part))) and part_keys <= left:
-            names.append(part)
-            left -= part_keys
-    if left:
-        raise ValueError(f"arrays that are no whole model part: {sorted(left)}")
-    return ", ".join(names) or "nothing"
-
-
-def _names(keys) -> str:
-    return ", ".join(f"`{k}`" for k in keys)
-
-
-def leaves_device_block(replies: dict[str, list], models: dict) -> str:
-    """The table of what each method's replies hold, from the replies it sent."""
-
-    def metrics(sent: list, kind: str) -> set[str]:
-        return {k for _, kind_, content in sent if kind_ == kind for k in content["metrics"]}
-
-    kinds = ("query", "train", "train.personalize")
-    common = {
-        k: sorted(set.intersection(*(metrics(s, k) for s in replies.values()))) for k in kinds
-    }
-    lines = [
-        f"`query` (every method): metrics {_names(common['query'])}.",
-        "",
-        "| `method` | `train`: arrays | `train`: extras | `train`: metrics besides "
-        f"{_names(common['train'])} | `train.personalize`: metrics besides "
-        f"{_names(common['train.personalize'])} |",
-        "|---|---|---|---|---|",
-    ]
-    for name, sent in replies.items():
-        by_kind = defaultdict(list)
-        for _, kind, content in sent:
-            by_kind[kind].append(content)
-        arrays = []  # per round, in order: LG-FedAvg sends other parts after its warm-up
-        for content in by_kind["train"]:
-            part = _parts(models[name], set(content["arrays"]))
-            if part not in arrays:
-                arrays.append(part)
-        extras = sorted({k for c in by_kind["train"] for k in c.get("extras", ())})
-        train = sorted(metrics(sent, "train") - set(common["train"]))
-        final = sorted(metrics(sent, "train.personalize") - set(common["train.personalize"]))
-        if metrics(sent, "query") != set(common["query"]):
-            raise ValueError(f"{name}: its query reply differs from the other methods'")
-        cells = [", then ".join(arrays), _names(extras), _names(train), _names(final)]
-        lines.append(f"| `{name}` | " + " | ".join(c or "-" for c in cells) + " |")
-    return "\n".join(lines)
-
-
-def privacy_page(block: str) -> str:
-    return f"""# What leaves a device
-
-{GENERATED}
-
-A SuperNode sends the ServerApp only its replies, and they hold only arrays (model parameters,
-and FedPAC's statistics in `extras`) and numeric metrics: no images, labels, features or
-per-sample values. Parameters a method keeps (FedPer's head, Ditto's personal model, ...) stay
-on the device. pFedGM sends phi (`generator`), psi (`head.mu`, `head.b`) and nu (`head.A`) with
-counts (`num-examples`, `num-test`, `num-classes-present`): never images, features or
-prototypes (its prototypes are computed and used on the client). FedPAC, by its design, sends
-class prototypes (`protos`, class means of its features) and its head. Per reply type, as the
-real ClientApp handlers sent them (every method, two MNIST clients, two rounds):
-
-{block}
-
-LG-FedAvg sends the whole model in its warm-up rounds, then the convolutions only. The
-personalized model each device evaluated in the final personalize round is saved on the device
-(`model-dir`, [outputs.md](outputs.md#personalized-models-on-the-devices)) and never sent: no
-array of a saved model file is in any of its method's replies. TLS
-([../deploy/README.md](../deploy/README.md#secure-deployment-tls-and-supernode-authentication))
-protects these values in transit; the ServerApp sees them in the clear (there is no secure
-aggregation). `tests/test_deploy_security.py` records the replies again, checks that each
-holds only whole model parts of their parameters' shapes and per-class statistics, that no
-array of the devices' saved models is among them, and compares this page with them.
-"""
-
-
 def pages() -> dict[str, str]:
     """The pages that need no data: {file name: text}."""
     return {
@@ -359,37 +224,3 @@ def pages() -> dict[str, str]:
         "methods.md": methods_page(),
         "presets.md": presets_page(),
     }
-
-
-def default_data() -> Path:
-    shared = os.environ.get("PFEDGM_SHARED_DATA") or ROOT.parent / "shared" / "data"
-    return Path(shared) / "mnist"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", nargs="?", type=Path, default=DOCS, help="folder (docs/)")
-    parser.add_argument(
-        "--data", type=Path, default=default_data(), help="the local MNIST copy (parquet)"
-    )
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    written = pages()
-    for name, text in written.items():
-        (args.out / name).write_text(text)
-    if not (args.data / "train.parquet").exists():
-        print(
-            f"wrote {sorted(written)}; privacy.md NOT written: no {args.data}/train.parquet "
-            "(give --data)",
-            file=sys.stderr,
-        )
-        return 1
-    with tempfile.TemporaryDirectory(prefix="pfedgm-reference-") as workdir:
-        replies, models = record_replies(args.data, Path(workdir))
-    (args.out / "privacy.md").write_text(privacy_page(leaves_device_block(replies, models)))
-    print(f"wrote {sorted([*written, 'privacy.md'])} to {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
