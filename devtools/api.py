@@ -22,6 +22,7 @@ API = ROOT / "docs" / "api"
 MODULES = (
     "pfedgm_app.strategies",  # the server side: PFedGM, PersonalizedFedAvg, FedPAC, pFedFDA
     "pfedgm_app.phases",  # the client side: train_round (Phase 1), personalize (Phase 2)
+    "pfedgm_app.readings",  # the phases' options (Phase1Options, Phase2Options), the switches
     "pfedgm_app.phase_data",
     "pfedgm_app.gaussian",
     "pfedgm_app.adaptation",

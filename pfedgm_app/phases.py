@@ -1,26 +1,28 @@
 """pFedGM's two phases on a client, for any generator and any data (torch only).
 
     from pfedgm_app.gaussian import GaussianHead
-    from pfedgm_app.phases import personalize, train_round
+    from pfedgm_app.phases import Phase1Options, personalize, train_round
 
     head = GaussianHead(num_classes, dim)            # navigator psi (mu, b) and covariance nu (A)
     metrics = train_round(generator, head, trainloader)        # Phase 1: one round, in place
     result = personalize(generator, head, trainloader, testloader)  # Phase 2: accuracies
     ph, result = personalized_head(generator, head, trainloader, testloader)  # and the head
+    train_round(generator, head, trainloader, Phase1Options(lambda_=0.5), epochs=2)  # options
 
 `generator` is phi: any module mapping a batch of inputs to features z of shape (batch, dim).
-Data are either a pair of tensors `(x, y)`, shuffled into batches of `batch_size` by `rng`
-(what the app does), or any re-iterable of `(x, y)` batches such as a `DataLoader`, used as it
-comes each epoch. Batches are moved to the head's device. Defaults are the paper's
-(Sec. Training Setup). What leaves the client afterwards is the generator's and the head's
-`state_dict()`; the prototypes upsilon and the personalized head never do.
+Data are either a pair of tensors `(x, y)`, shuffled into batches of the options' `batch_size`
+by `rng` (what the app does), or any re-iterable of `(x, y)` batches such as a `DataLoader`,
+used as it comes each epoch. Batches are moved to the head's device. Each phase takes its
+switches and hyperparameters as one frozen options object (`Phase1Options`, `Phase2Options`,
+from `readings`, checked when built), whose defaults are the paper's (Sec. Training Setup) and
+pFedGM's; the keywords are how long (`epochs`), the shuffling (`rng`) and the model's
+`dropout`. What leaves the client afterwards is the generator's and the head's `state_dict()`;
+the prototypes upsilon and the personalized head never do.
 """
 
 from __future__ import annotations
 
-import inspect
 import time
-from collections.abc import Collection
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +39,7 @@ from .gaussian import (
     update_prototypes_,
 )
 from .phase_data import Data, features, is_tensor_pair, recording_first, run_data_epochs
-from .readings import ADAPTATIONS, DECOUPLINGS, HEAD_DECAY, RC_INPUTS
+from .readings import Phase1Options, Phase2Options
 from .training import accuracy, make_sgd, run_epochs
 
 # The paper's ablations (Sec. Ablation Studies) as switches; the last value of each is pFedGM.
@@ -65,11 +67,6 @@ from .training import accuracy, make_sgd, run_epochs
 #   default; "after-dropout" is the navigator's input (`readings.RC_INPUTS`).
 
 
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-
-
 def check_features(z: torch.Tensor, y: torch.Tensor, head: GaussianHead) -> None:
     """One clear line when the generator's output or the labels do not fit the head."""
     num_classes, dim = head.mu.shape
@@ -89,63 +86,46 @@ def train_round(
     generator: nn.Module,
     head: GaussianHead,
     data: Data,
+    options: Phase1Options = Phase1Options(),
     *,
-    lambda_: float = 1.0,
     epochs: int = 5,
-    lr: float = 0.01,
-    momentum: float = 0.5,
-    weight_decay: float = 5e-4,
-    batch_size: int = 50,
     rng: torch.Generator | None = None,
     dropout: nn.Module | None = None,
-    personalized: bool = True,
-    decoupling: str = "gm-d",
-    prototype_step: str = "epoch",
-    objective_scale: str = "mean",
-    navigator_lr_scale: float = 1.0,
-    head_decay: Collection[str] = ("mu", "b"),
-    rc_input: str = "before-dropout",
-    gradients: bool = False,
 ) -> dict[str, float]:
     """Phase 1 on client i in round r (Algorithm 1), in place on `generator` and `head`:
     `epochs` epochs of Eq. (main_loss), H(phi, psi, E) + lambda R_c(phi), on phi and psi, with
-    Eq. (cov_approx) on nu in the same steps.
+    Eq. (cov_approx) on nu in the same steps; `options` holds lambda, SGD's settings, the
+    ablations and the readings the paper leaves open (`Phase1Options`, pFedGM's by default).
 
     The prototypes upsilon^r_{i,k} = E[z^r | y=k, c=i] are computed exactly at the start of the
     round (a class absent here takes the navigator's mean mu_k) and updated by each step's batch
-    (Eq. proto_update) with the step size `prototype_step` (`gaussian.PROTOTYPE_STEPS`).
-    `dropout` (e.g. TinyImageNet's) sits between z and the navigator; R_c reads z before it
-    (`rc_input`, `RC_INPUTS`). Returns the mean loss, the sample-passes, the seconds of the
-    prototype pass (`seconds-prototypes`) and the round's diagnostics (`diagnostics`; the
-    gradient norms with `gradients`).
+    (Eq. proto_update) with the step size `options.prototype_step`. `dropout` (e.g.
+    TinyImageNet's) sits between z and the navigator; R_c reads z before it
+    (`options.rc_input`). `rng` shuffles tensor data (None: torch's global generator). Returns
+    the mean loss, the sample-passes, the seconds of the prototype pass (`seconds-prototypes`)
+    and the round's diagnostics (`diagnostics`; the gradient norms with `options.gradients`).
 
-    The readings the paper leaves open, each defaulting to the app's first reading:
-    `objective_scale` (`gaussian.OBJECTIVE_SCALES`: R_c's 1/d), `navigator_lr_scale` (mu and
-    b train at `lr` times it), `head_decay` (which of "mu", "b", "A" get `weight_decay`;
-    `HEAD_DECAY`).
-
-    Ablations: `personalized=False` is NPO, H alone (R_c dropped; its prototypes are still
-    computed for the diagnostics but not timed); `decoupling` is one of `DECOUPLINGS`.
+    Under `options.personalized=False` (NPO, H alone) R_c's prototypes are still computed for
+    the diagnostics but not timed.
     """
-    _check_choice("decoupling", decoupling, DECOUPLINGS)
-    _check_choice("rc_input", rc_input, RC_INPUTS)
-    if unknown := set(head_decay) - set(HEAD_DECAY):
-        raise ValueError(f"head_decay names {sorted(unknown)}; choose among {HEAD_DECAY}")
     dropout = dropout if dropout is not None else nn.Identity()
     generator.train(), dropout.train()
     start = time.perf_counter()
     first: list[tuple[torch.Tensor, torch.Tensor]] = []  # the diagnostics' gradient batch
+    gradients = options.gradients
     recorded = data if is_tensor_pair(data) or not gradients else recording_first(data, first)
     z, y = features(generator, recorded)
     check_features(z, y, head)
     prototypes, counts = class_means(z, y, head.mu.shape[0], head.mu)
-    seconds_prototypes = time.perf_counter() - start if personalized else 0.0
+    seconds_prototypes = time.perf_counter() - start if options.personalized else 0.0
     at_start = diagnostics.round_start(head, z, y, prototypes)
     if gradients:
-        batch = (data[0][:batch_size], data[1][:batch_size]) if is_tensor_pair(data) else first[0]
+        n = options.batch_size
+        batch = (data[0][:n], data[1][:n]) if is_tensor_pair(data) else first[0]
         batch = tuple(t.to(head.mu.device) for t in batch)
+        weight = options.lambda_ if options.personalized else 0.0  # lambda of R_c in the step
         at_start |= diagnostics.gradient_share(
-            generator, head, prototypes, batch, lambda_ if personalized else 0.0, objective_scale
+            generator, head, prototypes, batch, weight, options.objective_scale
         )
     del z
     meter = diagnostics.RoundMeter()
@@ -153,28 +133,28 @@ def train_round(
     def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         z = generator(xb)
         zd = dropout(z)  # the navigator's input
-        if decoupling == "gm":  # one Gaussian classifier: H(phi, psi, nu) on all of them
+        if options.decoupling == "gm":  # one Gaussian classifier: H(phi, psi, nu) on all of them
             logits = head.covariance_logits(zd)
         else:  # Eq. LossH (the per-sample constant -1/2 z^T z left out: the same H)
             logits = gaussian_logits(zd, head.mu, head.b, per_sample=False)
         nll = F.cross_entropy(logits, yb, reduction="none")  # H per sample: also saturation's
         shared = nll.mean()
         loss = shared
-        zr = z if rc_input == "before-dropout" else zd
-        r = personalized_objective(zr, yb, prototypes, objective_scale)
-        if personalized:
-            loss = loss + lambda_ * r
-            update_prototypes_(prototypes, zr, yb, counts, prototype_step)
-        if decoupling == "gm-d":
+        zr = z if options.rc_input == "before-dropout" else zd
+        r = personalized_objective(zr, yb, prototypes, options.objective_scale)
+        if options.personalized:
+            loss = loss + options.lambda_ * r
+            update_prototypes_(prototypes, zr, yb, counts, options.prototype_step)
+        if options.decoupling == "gm-d":
             loss = loss + covariance_objective(zd, yb, head)  # reaches A only
         meter.add(len(yb), **{"loss-shared": shared, "loss-personalized": r})
         meter.add_count("saturated-fraction", diagnostics.saturated(nll))
         return loss
 
-    nav_lr = lr * navigator_lr_scale
+    nav_lr = options.lr * options.navigator_lr_scale
 
     def decay(name: str) -> float:
-        return weight_decay if name in head_decay else 0.0
+        return options.weight_decay if name in options.head_decay else 0.0
 
     params = [
         {"params": [*generator.parameters()]},
@@ -182,9 +162,11 @@ def train_round(
         {"params": [head.b], "lr": nav_lr, "weight_decay": decay("b")},
         {"params": [head.A], "weight_decay": decay("A")},
     ]
-    optimizer = make_sgd(params, lr, momentum, weight_decay)
+    optimizer = make_sgd(params, options.lr, options.momentum, options.weight_decay)
     device = head.mu.device
-    metrics = run_data_epochs(data, step, optimizer, epochs, batch_size, rng, head.project_, device)
+    metrics = run_data_epochs(
+        data, step, optimizer, epochs, options.batch_size, rng, head.project_, device
+    )
     return {**metrics, **meter.means(), **at_start, "seconds-prototypes": seconds_prototypes}
 
 
@@ -193,26 +175,17 @@ def personalized_head(
     head: GaussianHead,
     train: Data,
     test: Data,
+    options: Phase2Options = Phase2Options(),
     *,
-    lambda_: float = 1.0,
     epochs: int = 5,
-    lr: float = 0.05,
-    momentum: float = 0.5,
-    weight_decay: float = 5e-4,
-    batch_size: int = 50,
-    lbfgs_lr: float = 0.05,
-    lbfgs_max_iter: int = 10,
-    lbfgs_cycles: int = 5,
-    lbfgs_line_search: str = "none",
     rng: torch.Generator | None = None,
-    adaptation: str = "finetune-lbfgs",
-    objective_scale: str = "mean",
 ) -> tuple[PersonalizedHead, dict[str, float]]:
     """Phase 2 on a client: phi frozen, the personalized head (Eq. LossC) fitted by SGD on the
-    client's features (`epochs` at `lr`), then its biases refined by L-BFGS (`lbfgs_cycles`
-    cycles of `lbfgs_max_iter` iterations at `lbfgs_lr`, steps by `lbfgs_line_search`; 0 cycles
-    skips it). `batch_size` is the fine-tuning's (the paper gives none for Phase 2).
-    `generator` and `head` are left as they were.
+    client's features (`epochs` at `options.lr`), then its biases refined by L-BFGS
+    (`options.lbfgs_cycles` cycles of `lbfgs_max_iter` iterations at `lbfgs_lr`; 0 cycles skips
+    it); `options` holds these, lambda and the adaptation ablation (`Phase2Options`, pFedGM's by
+    default). `rng` shuffles the features (None: torch's global generator). `generator` and
+    `head` are left as they were.
 
     Returns the personalized head (on z = generator(x): `generator` then this head is the
     client's model) and fractions in [0, 1] on `test`: `accuracy` (the personalized head), and
@@ -220,15 +193,14 @@ def personalized_head(
     `acc-global-cov` (with the global covariance), `acc-finetune` (after fine-tuning, before
     L-BFGS); and `num-test`.
 
-    `adaptation` (one of `ADAPTATIONS`) stops Phase 2 early, so that the returned head and its
-    `accuracy` are the ablation point: "finetune-lbfgs" is GA (pFedGM), "finetune" is FA (no
-    L-BFGS), "none" is NA: the global Gaussian classifier (phi*, psi*, nu*) as Phase 1 returns
-    it, with its covariance A* (the head Eq. LossC starts from, without the local term zeta),
-    so `accuracy` is `acc-global-cov`; the navigator alone assumes A = E, which the paper calls
-    "the loss of covariance information" that the statistic extractor compensates.
-    `objective_scale` is zeta's (`gaussian.OBJECTIVE_SCALES`), as R_c's in `train_round`.
+    `options.adaptation` stops Phase 2 early, so that the returned head and its `accuracy` are
+    the ablation point: "finetune-lbfgs" is GA (pFedGM), "finetune" is FA (no L-BFGS), "none"
+    is NA: the global Gaussian classifier (phi*, psi*, nu*) as Phase 1 returns it, with its
+    covariance A* (the head Eq. LossC starts from, without the local term zeta), so `accuracy`
+    is `acc-global-cov`; the navigator alone assumes A = E, which the paper calls "the loss of
+    covariance information" that the statistic extractor compensates.
     """
-    _check_choice("adaptation", adaptation, ADAPTATIONS)
+    adaptation = options.adaptation
     z_train, y_train = features(generator, train)
     z_test, y_test = features(generator, test)
     check_features(z_train, y_train, head)
@@ -237,37 +209,39 @@ def personalized_head(
     # its prototype is the global mean mu*_k (the prior), which leaves zeta_k uninformative.
     upsilon, _ = class_means(z_train, y_train, head.mu.shape[0], head.mu.detach())
     # NA: lambda 0 drops zeta, and untrained offsets leave the global head with A*
-    lambda_ = 0.0 if adaptation == "none" else lambda_
-    ph = PersonalizedHead(head.mu, head.b, head.A, upsilon, lambda_, objective_scale)
+    lambda_ = 0.0 if adaptation == "none" else options.lambda_
+    ph = PersonalizedHead(head.mu, head.b, head.A, upsilon, lambda_, options.objective_scale)
     result = {
         "acc-global": accuracy(head, z_test, y_test),
         "acc-global-cov": accuracy(head.covariance_logits, z_test, y_test),
     }
 
     def run(step, z, y, opt, n, after_step=None):
-        return run_epochs(step, z, y, opt, n, batch_size, rng, after_step)
+        return run_epochs(step, z, y, opt, n, options.batch_size, rng, after_step)
 
     with torch.enable_grad():
         if adaptation != "none":
-            fine_tune_(ph, z_train, y_train, run, epochs, lr, momentum, weight_decay)
+            sgd = options.lr, options.momentum, options.weight_decay
+            fine_tune_(ph, z_train, y_train, run, epochs, *sgd)
             result["acc-finetune"] = accuracy(ph, z_test, y_test)
-        if lbfgs_cycles and adaptation == "finetune-lbfgs":
-            refine_biases_(
-                ph, z_train, y_train, lbfgs_lr, lbfgs_max_iter, lbfgs_cycles, lbfgs_line_search
-            )
+        if options.lbfgs_cycles and adaptation == "finetune-lbfgs":
+            lbfgs = options.lbfgs_lr, options.lbfgs_max_iter, options.lbfgs_cycles
+            refine_biases_(ph, z_train, y_train, *lbfgs, options.lbfgs_line_search)
     result["accuracy"] = accuracy(ph, z_test, y_test)
     result["num-test"] = float(len(y_test))
     return ph, result
 
 
 def personalize(
-    generator: nn.Module, head: GaussianHead, train: Data, test: Data, **settings
+    generator: nn.Module,
+    head: GaussianHead,
+    train: Data,
+    test: Data,
+    options: Phase2Options = Phase2Options(),
+    *,
+    epochs: int = 5,
+    rng: torch.Generator | None = None,
 ) -> dict[str, float]:
-    """Phase 2's accuracies on `test` (`personalized_head`, with its keyword `settings`)."""
-    return personalized_head(generator, head, train, test, **settings)[1]
-
-
-# help() and inspect show personalized_head's keywords and defaults, in one place
-personalize.__signature__ = inspect.signature(personalized_head).replace(
-    return_annotation="dict[str, float]"
-)
+    """Phase 2's accuracies on `test`, for a client that keeps no model (`personalized_head`,
+    whose arguments these are)."""
+    return personalized_head(generator, head, train, test, options, epochs=epochs, rng=rng)[1]

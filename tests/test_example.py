@@ -186,19 +186,34 @@ def test_the_examples_readme_is_its_code():
         assert block in sources, f"README block not in examples/quickstart-pfedgm:\n{block}"
 
 
-def test_the_examples_readme_lists_every_argument_of_the_phases_with_its_default():
-    from pfedgm_app.phases import personalize, train_round
-
+def _table(text: str) -> dict[str, tuple[str, str]]:
+    """{name: (its cell for the first function, for the second)} of a README table's rows."""
     rows = {}
-    for line in _checklist().splitlines():
+    for line in text.splitlines():
         if cells := re.fullmatch(r"\| `(\w+)` \| (.+?) \| (.+?) \| .+ \|", line):
             rows[cells[1]] = (cells[2], cells[3])
-    for column, function in enumerate((train_round, personalize)):
-        keyword = {name: p.default for name, p in inspect.signature(function).parameters.items()
-                   if p.kind is p.KEYWORD_ONLY}  # fmt: skip
-        assert {n for n, cells in rows.items() if cells[column] != "-"} == set(keyword)
-        for name, default in keyword.items():
-            assert rows[name][column] == f"`{default!r}`", (function.__name__, name)
+    return rows
+
+
+def test_the_examples_readme_lists_every_argument_of_the_phases_with_its_default():
+    """Both tables: the keywords of `train_round` and `personalize`, and the fields of their
+    options (`Phase1Options`, `Phase2Options`, each phase's default `options`)."""
+    from dataclasses import fields
+
+    from pfedgm_app.phases import Phase1Options, Phase2Options, personalize, train_round
+
+    above, below = _checklist().split("| field of `options` |")
+    tables = _table(above), _table(below.split("\n\n")[0])  # the keywords', the options'
+    for column, (function, cls) in enumerate(((train_round, Phase1Options),
+                                              (personalize, Phase2Options))):  # fmt: skip
+        parameters = inspect.signature(function).parameters
+        assert parameters["options"].default == cls()
+        keyword = {n: p.default for n, p in parameters.items() if p.kind is p.KEYWORD_ONLY}
+        options = {f.name: f.default for f in fields(cls)}
+        for rows, defaults in zip(tables, (keyword, options), strict=True):
+            assert {n for n, cells in rows.items() if cells[column] != "-"} == set(defaults)
+            for name, default in defaults.items():
+                assert rows[name][column] == f"`{default!r}`", (function.__name__, name)
 
 
 def _imports_after(statement: str) -> set[str]:

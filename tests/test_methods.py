@@ -103,16 +103,34 @@ def test_pfedgm_phase2_takes_its_batch_size_and_line_search_from_the_run(
 ):
     import pfedgm_app.methods.pfedgm as client
 
-    seen, real = {}, client.personalized_head
+    seen, real = [], client.personalized_head
 
     def spy(*args, **kwargs):
-        seen.update(kwargs)
+        seen.append(args[4])  # the options
         return real(*args, **kwargs)
 
     monkeypatch.setattr(client, "personalized_head", spy)
     method, task = plugin("pfedgm", **keys), _task(**{"batch_size": 50})
     method.personalize(_model("pfedgm"), task)
-    assert (seen["batch_size"], seen["lbfgs_line_search"]) == (batch, search)
+    assert (seen[0].batch_size, seen[0].lbfgs_line_search) == (batch, search)
+
+
+def test_pfedgm_with_no_key_set_runs_the_phases_as_their_defaults_do():
+    """The run-config's defaults and the phases' are the paper's both: a pFedGM run with no key
+    set gives `train_round` and `personalized_head` their default options and epochs."""
+    import inspect
+
+    from pfedgm_app.phases import personalized_head, train_round
+    from pfedgm_app.readings import Phase1Options, Phase2Options
+
+    method = get_method("pfedgm")
+    client = method.plugin(method.settings.from_run_config({}))
+    task = ClientTask(RunConfig(), _task().data, ClientState(), None, torch.device("cpu"))
+    assert client.phase1_options(task) == Phase1Options()
+    assert client.phase2_options(task) == Phase2Options()
+    epochs = [inspect.signature(f).parameters["epochs"].default
+              for f in (train_round, personalized_head)]  # fmt: skip
+    assert epochs == [task.cfg.local_epochs, client.settings.personal_epochs]
 
 
 @pytest.mark.parametrize("name", ["pfedgm", "fedavg"])

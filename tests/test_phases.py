@@ -15,6 +15,7 @@ from pfedgm_app import diagnostics
 from pfedgm_app.gaussian import GaussianHead, shared_objective
 from pfedgm_app.phase_data import features
 from pfedgm_app.phases import personalize, personalized_head, train_round
+from pfedgm_app.readings import Phase1Options, Phase2Options
 
 K, D = 3, 4
 
@@ -42,9 +43,11 @@ def test_train_round_on_tensors_equals_train_round_on_a_dataloader():
     x, y = _problem()
     a_gen, a_head = _parts()
     b_gen, b_head = _parts()
-    a = train_round(a_gen, a_head, (x, y), epochs=3, batch_size=len(x), gradients=True)
+    a = train_round(
+        a_gen, a_head, (x, y), Phase1Options(batch_size=len(x), gradients=True), epochs=3
+    )
     loader = DataLoader(TensorDataset(x, y), batch_size=len(x))
-    b = train_round(b_gen, b_head, loader, epochs=3, gradients=True)
+    b = train_round(b_gen, b_head, loader, Phase1Options(gradients=True), epochs=3)
     for left, right in zip(_state(a_gen, a_head), _state(b_gen, b_head), strict=True):
         torch.testing.assert_close(left, right)
     assert a["grad-norm-shared"] == pytest.approx(b["grad-norm-shared"], rel=1e-5)
@@ -54,7 +57,7 @@ def test_train_round_changes_generator_navigator_and_covariance_and_keeps_a_posi
     x, y = _problem()
     gen, head = _parts()
     before = copy.deepcopy((gen, head))
-    metrics = train_round(gen, head, (x, y), epochs=2, lr=0.5)
+    metrics = train_round(gen, head, (x, y), Phase1Options(lr=0.5), epochs=2)
     assert metrics["sample-passes"] == 2 * len(x) and metrics["loss"] > 0
     for name in ("mu", "b", "A"):
         assert not torch.equal(getattr(head, name), getattr(before[1], name)), name
@@ -76,9 +79,11 @@ def test_features_on_tensors_and_batches_agree_and_empty_data_is_refused():
 def test_personalize_learns_a_separable_problem_and_leaves_the_global_model_as_it_was():
     x, y = _problem(90)
     gen, head = _parts()
-    train_round(gen, head, (x[:60], y[:60]), epochs=5, lr=0.1)
+    train_round(gen, head, (x[:60], y[:60]), Phase1Options(lr=0.1), epochs=5)
     before = _state(gen, head)
-    result = personalize(gen, head, (x[:60], y[:60]), (x[60:], y[60:]), lbfgs_cycles=1)
+    result = personalize(
+        gen, head, (x[:60], y[:60]), (x[60:], y[60:]), Phase2Options(lbfgs_cycles=1)
+    )
     assert set(result) == {"accuracy", "acc-global", "acc-global-cov", "acc-finetune", "num-test"}
     assert result["num-test"] == 30
     assert all(0 <= v <= 1 for k, v in result.items() if k.startswith("acc"))
@@ -101,8 +106,8 @@ def test_dict_batches_a_wrong_feature_size_and_labels_beyond_the_head_get_one_li
 
 def _one_step(gen: nn.Module, head: GaussianHead, x, y, **switches) -> None:
     """One full-batch plain SGD step (lr 0.1, no momentum, no decay): params move by -0.1 grad."""
-    train_round(gen, head, (x, y), epochs=1, lr=0.1, momentum=0.0, weight_decay=0.0,
-                batch_size=len(x), **switches)  # fmt: skip
+    sgd = Phase1Options(lr=0.1, momentum=0.0, weight_decay=0.0, batch_size=len(x), **switches)
+    train_round(gen, head, (x, y), sgd, epochs=1)
 
 
 def test_without_the_personalized_objective_phase_1_steps_on_h_alone():
@@ -123,7 +128,7 @@ def test_decoupling_gm_c_leaves_a_at_identity_and_gm_trains_one_gaussian_classif
     """G.M.-C.: no statistic extractor, A stays E. G.M.: H(phi, psi, nu) on phi, mu, b, A."""
     x, y = _problem()
     gen, head = _parts()
-    train_round(gen, head, (x, y), epochs=2, lr=0.5, decoupling="gm-c")
+    train_round(gen, head, (x, y), Phase1Options(lr=0.5, decoupling="gm-c"), epochs=2)
     assert torch.equal(head.A, torch.ones_like(head.A))
     gen, head = _parts()
     start = copy.deepcopy((gen, head))
@@ -140,14 +145,16 @@ def test_adaptation_none_and_finetune_report_their_own_head():
     """NA: the global head with A* (acc-global-cov); FA: fine-tuning without L-BFGS."""
     x, y = _problem(90)
     gen, head = _parts()
-    train_round(gen, head, (x[:60], y[:60]), epochs=2, lr=0.1)
+    train_round(gen, head, (x[:60], y[:60]), Phase1Options(lr=0.1), epochs=2)
     data = (x[:60], y[:60]), (x[60:], y[60:])
-    ph, result = personalized_head(gen, head, *data, adaptation="none")
+    ph, result = personalized_head(gen, head, *data, Phase2Options(adaptation="none"))
     assert "acc-finetune" not in result and result["accuracy"] == result["acc-global-cov"]
     z = gen(x).detach()
     torch.testing.assert_close(ph(z), head.covariance_logits(z), atol=1e-4, rtol=1e-5)
     runs = [
-        personalized_head(gen, head, *data, rng=torch.Generator().manual_seed(0), **kw)
+        personalized_head(
+            gen, head, *data, Phase2Options(**kw), rng=torch.Generator().manual_seed(0)
+        )
         for kw in ({"adaptation": "finetune"}, {"lbfgs_cycles": 0})
     ]
     assert runs[0][1] == runs[1][1] and runs[0][1]["accuracy"] == runs[0][1]["acc-finetune"]
@@ -158,11 +165,11 @@ def test_unknown_switch_values_are_refused_in_one_line():
     x, y = _problem()
     gen, head = _parts()
     with pytest.raises(ValueError, match=r"decoupling must be one of .*got 'gm-x'"):
-        train_round(gen, head, (x, y), decoupling="gm-x")
+        Phase1Options(decoupling="gm-x")
     with pytest.raises(ValueError, match=r"adaptation must be one of .*got 'lbfgs'"):
-        personalize(gen, head, (x, y), (x, y), adaptation="lbfgs")
+        Phase2Options(adaptation="lbfgs")
     with pytest.raises(ValueError, match=r"the head has 2 classes"):
-        train_round(gen, GaussianHead(2, D), (x, y), personalized=False)
+        train_round(gen, GaussianHead(2, D), (x, y), Phase1Options(personalized=False))
 
 
 def test_navigator_lr_scale_and_head_decay_move_only_their_parameters():
@@ -181,8 +188,8 @@ def test_navigator_lr_scale_and_head_decay_move_only_their_parameters():
 
     def step(head_decay):
         gen, head = copy.deepcopy(start)
-        train_round(gen, head, (x, y), epochs=1, lr=0.1, momentum=0.0, weight_decay=0.5,
-                    batch_size=len(x), head_decay=head_decay)  # fmt: skip
+        sgd = {"lr": 0.1, "momentum": 0.0, "weight_decay": 0.5, "batch_size": len(x)}
+        train_round(gen, head, (x, y), Phase1Options(**sgd, head_decay=head_decay), epochs=1)
         return head
 
     none, every = step(()), step(("mu", "b", "A"))
@@ -190,7 +197,7 @@ def test_navigator_lr_scale_and_head_decay_move_only_their_parameters():
         decay = 0.1 * 0.5 * getattr(start[1], name)
         torch.testing.assert_close(getattr(none, name) - getattr(every, name), decay)
     with pytest.raises(ValueError, match=r"head_decay names \['W'\]"):
-        train_round(*_parts(), (x, y), head_decay=("W",))
+        Phase1Options(head_decay=("W",))
 
 
 def test_the_round_diagnostics_are_their_closed_forms_on_the_global_model():
@@ -200,7 +207,8 @@ def test_the_round_diagnostics_are_their_closed_forms_on_the_global_model():
     x, y = _problem()
     gen, head = _parts()
     g0, h0 = copy.deepcopy((gen, head))
-    metrics = train_round(gen, head, (x, y), epochs=1, lambda_=2.0, batch_size=20, gradients=True)
+    options = Phase1Options(lambda_=2.0, batch_size=20, gradients=True)
+    metrics = train_round(gen, head, (x, y), options, epochs=1)
     z = g0(x).detach()
     protos = torch.stack([z[y == k].mean(0) for k in range(K)])
     zb = g0(x[:20])
@@ -287,8 +295,10 @@ def test_the_diagnostics_change_no_step_of_training():
     for gradients in (False, True):
         gen, head = _parts()
         torch.manual_seed(5)
-        metrics = train_round(gen, head, (x, y), epochs=2, rng=torch.Generator().manual_seed(1),
-                              dropout=nn.Dropout(0.3), gradients=gradients)  # fmt: skip
+        options, rng = Phase1Options(gradients=gradients), torch.Generator().manual_seed(1)
+        metrics = train_round(
+            gen, head, (x, y), options, epochs=2, rng=rng, dropout=nn.Dropout(0.3)
+        )
         runs.append(_state(gen, head) + [torch.rand(1)])  # the global RNG's next draw too
         reported.append({k for k in metrics if k.startswith("grad-")})
     for a, b in zip(*runs, strict=True):

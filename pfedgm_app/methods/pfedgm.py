@@ -6,6 +6,7 @@ from ..gaussian import GaussianHead
 from ..method_settings import PFedGMSettings
 from ..models import Model, build_model
 from ..phases import personalized_head, train_round
+from ..readings import Phase1Options, Phase2Options
 from ..strategies import PFedGM
 from .base import ClientPlugin, ClientTask, Method, Personalized, Reply
 
@@ -27,29 +28,16 @@ class PFedGMClient(ClientPlugin):
             "navigator-std * sqrt(d) at the start"
         )
 
-    def _shared(self, task: ClientTask) -> dict:
-        """The keyword arguments both phases take from the run: lambda, SGD, batches, RNG."""
-        cfg = task.cfg
-        return {
-            "lambda_": self.settings.lambda_,
-            "momentum": cfg.momentum,
-            "rng": task.rng,
-            "weight_decay": cfg.weight_decay,
-            "batch_size": cfg.batch_size,
-            "objective_scale": self.settings.objective_scale,
-        }
-
-    def train(self, model: Model, task: ClientTask) -> Reply:
-        """Phase 1 on client i in round r: `phases.train_round` (Algorithm 1's client step)."""
-        data, cfg, settings = task.data, task.cfg, self.settings
-        metrics = train_round(
-            model.generator,
-            model.head,
-            (data.x_train, data.y_train),
-            **self._shared(task),
-            epochs=cfg.local_epochs,
+    def phase1_options(self, task: ClientTask) -> Phase1Options:
+        """Phase 1's options from the run-config: the run's SGD settings, pFedGM's switches."""
+        cfg, settings = task.cfg, self.settings
+        return Phase1Options(
+            lambda_=settings.lambda_,
             lr=cfg.learning_rate,
-            dropout=model.dropout,
+            momentum=cfg.momentum,
+            weight_decay=cfg.weight_decay,
+            batch_size=cfg.batch_size,
+            objective_scale=settings.objective_scale,
             personalized=settings.personalized_objective,
             decoupling=settings.decoupling,
             prototype_step=settings.prototype_step,
@@ -58,27 +46,45 @@ class PFedGMClient(ClientPlugin):
             rc_input=settings.rc_input,
             gradients=settings.gradient_diagnostics,
         )
-        return self.send(model, task, metrics)
 
-    def personalize(self, model: Model, task: ClientTask) -> Personalized:
-        """Phase 2: `phases.personalized_head` (by SGD on Eq. LossC, then L-BFGS on its
-        biases), with the paper's adaptation ablation points; the client's model is phi* under
-        that head (under `adaptation`, the head of that ablation point)."""
-        settings, data, cfg = self.settings, task.data, task.cfg
-        head, result = personalized_head(
-            model.generator,
-            model.head,
-            (data.x_train, data.y_train),
-            (data.x_test, data.y_test),
-            **{**self._shared(task), "batch_size": settings.personal_batch_size or cfg.batch_size},
-            epochs=settings.personal_epochs,
+    def phase2_options(self, task: ClientTask) -> Phase2Options:
+        """Phase 2's options from the run-config: its own SGD and L-BFGS settings, the run's
+        momentum and weight decay, its batch size (`personal-batch-size`, 0: the run's)."""
+        cfg, settings = task.cfg, self.settings
+        return Phase2Options(
+            lambda_=settings.lambda_,
             lr=settings.personal_learning_rate,
+            momentum=cfg.momentum,
+            weight_decay=cfg.weight_decay,
+            batch_size=settings.personal_batch_size or cfg.batch_size,
+            objective_scale=settings.objective_scale,
             lbfgs_lr=settings.lbfgs_learning_rate,
             lbfgs_max_iter=settings.lbfgs_max_iter,
             lbfgs_cycles=settings.lbfgs_cycles,
             lbfgs_line_search=settings.lbfgs_line_search,
             adaptation=settings.adaptation,
         )
+
+    def train(self, model: Model, task: ClientTask) -> Reply:
+        """Phase 1 on client i in round r: `phases.train_round` (Algorithm 1's client step)."""
+        data, epochs = (task.data.x_train, task.data.y_train), task.cfg.local_epochs
+        options = self.phase1_options(task)
+        metrics = train_round(
+            model.generator, model.head, data, options,
+            epochs=epochs, rng=task.rng, dropout=model.dropout,
+        )  # fmt: skip
+        return self.send(model, task, metrics)
+
+    def personalize(self, model: Model, task: ClientTask) -> Personalized:
+        """Phase 2: `phases.personalized_head` (by SGD on Eq. LossC, then L-BFGS on its
+        biases), with the paper's adaptation ablation points; the client's model is phi* under
+        that head (under `adaptation`, the head of that ablation point)."""
+        data = task.data
+        train, test = (data.x_train, data.y_train), (data.x_test, data.y_test)
+        head, result = personalized_head(
+            model.generator, model.head, train, test, self.phase2_options(task),
+            epochs=self.settings.personal_epochs, rng=task.rng,
+        )  # fmt: skip
         result.pop("num-test")  # the ClientApp reports the sizes
         return Personalized(result, Model(model.generator, head))
 
