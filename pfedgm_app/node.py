@@ -169,7 +169,7 @@ def keep(result: Personalized, task: ClientTask, context: Context, pid: int) -> 
         "method": cfg.method,
         "run-id": context.run_id,
         "dataset": dataset,
-        "server-round": cfg.num_server_rounds,
+        "rounds": cfg.num_server_rounds,  # of Phase 1 (wire.ROUND is the current one)
         "initial-model": cfg.initial_model,
         "partition-id": pid,
         "accuracy": result.metrics[wire.ACCURACY],

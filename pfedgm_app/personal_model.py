@@ -8,8 +8,8 @@ for its image shape, then a head of one of the `HEADS` kinds) and three metadata
     format   FORMAT
     model    JSON: image-shape [C, H, W], classes (the names, in the model's order), head (its
              kind), head-args, backbone (the generator's class), normalization; and the run's
-             method, run-id, server-round (Phase 1 rounds behind it), initial-model, dataset,
-             partition-id, accuracy (on the client's test split), num-test
+             method, run-id, rounds (of Phase 1; `server-round` in older files), initial-model,
+             dataset, partition-id, accuracy (on the client's test split), num-test
     sha256   of the tensors (names, dtypes, shapes, bytes) and of `model` (`digest`)
 """
 
@@ -198,6 +198,7 @@ def checked_meta(text: str, path: Path | str = "model") -> dict[str, Any]:
         meta = None
     if not isinstance(meta, dict):
         raise ModelFileError(f"{path}: its model metadata is not a JSON object; {_REBUILD}")
+    meta = {"rounds" if k == "server-round" else k: v for k, v in meta.items()}  # older files
     for key, kind in _FIELDS.items():
         if type(meta.get(key)) is not kind:
             found = f"has no {key}" if key not in meta else f"'s {key} is {_short(meta[key])}"

@@ -48,7 +48,7 @@ def test_every_client_keeps_its_model_which_gives_its_accuracy_and_predicts(
         saved = personal_model.load(RunFolder(trained).models / f"client-{pid}.safetensors")
         data = load_client_data(protocol, pid)
         assert 100 * accuracy(saved.model, data.x_test, data.y_test) == acc  # exactly, in %
-        assert (saved.meta["run-id"], saved.meta["server-round"]) == (int(run.run_id), 1)
+        assert (saved.meta["run-id"], saved.meta["rounds"]) == (int(run.run_id), 1)
     images = write_images(mnist, tmp_path / "images", 4)
     model = RunFolder(trained).models / "client-0.safetensors"
     command = [sys.executable, "-m", "pfedgm_app.predict", str(model), str(images)]

@@ -255,7 +255,7 @@ def test_a_run_with_no_rounds_only_personalizes_and_a_misfit_sends_nothing(tmp_p
     from pfedgm_app.personal_model import load
 
     meta = load(RunFolder(tmp_path / "joined").models / "client-1.safetensors").meta
-    assert (meta["server-round"], meta["initial-model"]) == (0, str(trained))
+    assert (meta["rounds"], meta["initial-model"]) == (0, str(trained))
     kinds.clear()
     classes = ",".join(f"c{i}" for i in range(100))
     with pytest.raises(ConfigError, match="was trained on the classes of"):

@@ -79,6 +79,16 @@ def test_every_methods_model_reloads_to_the_same_logits_and_accuracy(tmp_path, n
         assert f.metadata()["format"] == personal_model.FORMAT
 
 
+def test_a_file_naming_its_rounds_server_round_as_before_loads_them_as_rounds(tmp_path):
+    """A model file names the Phase 1 rounds behind it `rounds` (on the wire, `server-round` is
+    the current round); one written while it was `server-round` reads the same."""
+    result = _personalized("fedavg")
+    old = tmp_path / "old.safetensors"
+    personal_model.save(old, result.model, SHAPE, CLASSES, {"server-round": 3, "run-id": 7})
+    meta = personal_model.load(old).meta
+    assert (meta["rounds"], meta["run-id"], "server-round" in meta) == (3, 7, False)
+
+
 def test_every_devices_saved_model_gives_the_accuracy_its_reply_reported(every_method_run, mnist):
     """Every method through the real ClientApp on MNIST (`every_method_run`): each client's
     file, loaded and evaluated on the client's own test split, gives exactly the accuracy its
