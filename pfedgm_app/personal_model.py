@@ -56,16 +56,17 @@ HEADS: dict[str, Head] = {
     # pFedGM's Phase 2 head (Eq. LossC / ctest) on phi*
     "personalized-gaussian": Head(
         PersonalizedHead,
-        lambda t, a: PersonalizedHead(
-            t["mu_star"], t["b_star"], t["A_star"], t["upsilon"], a["lambda"]
+        lambda t, a: PersonalizedHead(  # objective-scale: "mean" in files written before it
+            *(t[k] for k in ("mu_star", "b_star", "A_star", "upsilon")),
+            a["lambda"],
+            a.get("objective-scale", "mean"),
         ),
-        lambda head: {"lambda": head.lambda_},
+        lambda head: {"lambda": head.lambda_, "objective-scale": head.objective_scale},
     ),
     # pFedFDA's LDA classifier from the adapted statistics and the client's priors
     "lda": Head(LDAHead, lambda t, a: LDAHead(*t["mu"].shape)),
 }
-"""The head kinds a model file can hold, by its `head` metadata; a method whose evaluated model
-has another head declares that head's kind here (sized by the classes and features only)."""
+"""The head kinds a model file can hold (`head`); a method's other head is declared here."""
 
 
 class ModelFileError(ValueError):
@@ -94,9 +95,8 @@ class PersonalModel:
 
 def head_kind(head: nn.Module) -> str:
     """The `HEADS` kind of `head` (by its exact class)."""
-    for kind, declared in HEADS.items():
-        if type(head) is declared.cls:
-            return kind
+    if kind := next((k for k, declared in HEADS.items() if type(head) is declared.cls), None):
+        return kind
     raise TypeError(
         f"no head kind for {type(head).__name__}: declare it in pfedgm_app.personal_model.HEADS"
     )

@@ -47,9 +47,9 @@ def _task(n: int = 60) -> ClientTask:
     return ClientTask(RunConfig(local_epochs=1), data, ClientState(), g, torch.device("cpu"))
 
 
-def _personalized(name: str):
+def _personalized(name: str, **keys):
     method = get_method(name)
-    plugin = method.plugin(method.settings.from_run_config(FAST))
+    plugin = method.plugin(method.settings.from_run_config({**FAST, **keys}))
     torch.manual_seed(0)
     return plugin.personalize(plugin.build_model(SHAPE, len(CLASSES)), _task())
 
@@ -77,6 +77,19 @@ def test_every_methods_model_reloads_to_the_same_logits_and_accuracy(tmp_path, n
     assert loaded.image_shape == SHAPE and meta["backbone"] == "EmnistCNN"
     with safe_open(path, framework="pt") as f:  # plain safetensors: no pickle anywhere
         assert f.metadata()["format"] == personal_model.FORMAT
+
+
+def test_a_personalized_gaussian_head_keeps_its_objective_scale(tmp_path):
+    """Under `objective-scale=sum` zeta has no 1/d: the reloaded head must keep it to give
+    the logits the device's accuracy came from; a file written before it was kept reads as the
+    default ("mean")."""
+    result = _personalized("pfedgm", **{"objective-scale": "sum"})
+    path = personal_model.save(tmp_path / "m.safetensors", result.model, SHAPE, CLASSES, {})
+    loaded = personal_model.load(path)
+    x = _task().data.x_test
+    with torch.no_grad():
+        assert torch.equal(loaded.model(x), result.model.eval()(x))
+    assert loaded.meta["head-args"]["objective-scale"] == "sum"
 
 
 def test_a_file_naming_its_rounds_server_round_as_before_loads_them_as_rounds(tmp_path):
