@@ -53,6 +53,8 @@ def write(to: Path = API) -> list[Path]:
     pdoc.render.configure(docformat="markdown", search=False, show_source=False)
     to.mkdir(parents=True, exist_ok=True)
     pdoc.pdoc(*MODULES, output_directory=to)
+    for page in to.rglob("*.html"):  # a default like APP_DIR: the same pages from any clone
+        page.write_text(page.read_text().replace(str(ROOT), "&lt;checkout&gt;"))
     (to / "versions.json").write_text(json.dumps(versions(), indent=2, sort_keys=True) + "\n")
     return sorted(p for p in to.rglob("*") if p.is_file())
 
