@@ -93,6 +93,30 @@ def test_every_relative_link_leads_to_a_file_and_heading(page):
     assert broken == [], f"{page.relative_to(ROOT)}: broken links {broken}"
 
 
+# Where a page may name a file by its base name: the folders the code lives in.
+CODE_FOLDERS = ("", "pfedgm_app", "pfedgm_app/strategies", "pfedgm_app/methods",
+                "pfedgm_app/data", "pfedgm_app/paper", "pfedgm_engine", "devtools",
+                "devtools/reference", "benchmarks", "tests",
+                "examples/quickstart-pfedgm/pfedgm_example")  # fmt: skip
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_file_a_page_names_exists(page):
+    """A file named in backquotes (`experiment.py`, `pfedgm_app/rounds.py`, `.ci/run.sh`) is
+    one of this project's: a rename or a removal that leaves a page behind fails here.
+    Flower's own files, named by the upstream proposals (docs/upstream), are not ours."""
+    if "upstream" in page.parts:
+        pytest.skip("names Flower's files")
+    named = re.findall(r"`([\w./-]+\.(?:py|sh|toml))(?::\w+)?`", page.read_text())
+    missing = [
+        name
+        for name in named
+        if not any((ROOT / folder / name).exists() for folder in CODE_FOLDERS)
+        and not (page.parent / name).exists()
+    ]
+    assert not missing, f"{page.relative_to(ROOT)} names files that do not exist: {missing}"
+
+
 def test_the_readme_is_a_door():
     """At most 250 lines: what the app is, how to install, run, check and test it, and links to
     the rest; CI runs its test command (.ci/run)."""
