@@ -161,9 +161,10 @@ class PFedGMSettings(Settings):
     personal_batch_size: int = at_least(0, 0, at_most=10**6,  # more than any client holds
         doc="Phase 2: the fine-tuning's batch size, which the paper does not give (0: the run's "
         "`batch-size`)")
-    navigator_std: float = above(0, 1.0, at_most=100,  # ||mu_k|| ~ 100 sqrt(d): a typo
+    navigator_std: float = at_least(0, 0.0, at_most=100,  # ||mu_k|| ~ 100 sqrt(d): a typo
         doc="standard deviation of mu^0's coordinates in psi^0 (Algorithm 1's \"random Gaussian "
-        "weights\"): 1 reads it literally, 1/sqrt(d) (0.088 at d = 128) is a layer's scale")
+        "weights\"): 0 is 1/sqrt(d), a layer's scale (0.088 at d = 128), chosen on validation "
+        "at 200 rounds (docs/notes/navigator-std.md); 1 reads the text literally")
     adaptation: str = setting("finetune-lbfgs", doc="Phase 2, the classifier-adaptation "
         "ablation: the head saved and reported as `accuracy`. `finetune-lbfgs` (GA, pFedGM) "
         "fine-tunes Eq. LossC then L-BFGS on the biases; `finetune` (FA) stops before L-BFGS; "

@@ -94,7 +94,7 @@ def test_a_method_registered_once_is_known_everywhere():
         ({"protocol": "generalization", "corruption": "50C"}, "leave corruption='none'"),
         ({"eval-every": -1}, "eval-every must be >= 0"),
         ({"no-such-key": 1}, "unknown run-config key"),
-        ({"navigator-std": 0.0}, "navigator-std must be > 0"),
+        ({"navigator-std": -0.1}, "navigator-std must be >= 0"),
         ({"navigator-std": 1000.0}, "navigator-std must be <= 100"),
         ({"adaptation": "lbfgs"}, "adaptation must be one of"),
         ({"decoupling": "gm+d"}, "decoupling must be one of"),

@@ -123,11 +123,14 @@ def test_a_client_whose_data_is_corrupt_fails_the_run_before_round_1_in_one_line
 
 
 def test_pfedgm_run_ends_a_diverged_run_with_its_cause_last(flower_env, tmp_path, mnist):
-    """At learning-rate 0.05 every MNIST client's loss goes non-finite in round 1: `pfedgm
-    run` exits 1 and its last line is the app's cause naming the learning rate, not Ray's
-    wrapper, and advises no resume (there is nothing to continue)."""
+    """At learning-rate 0.05 and the literal navigator scale (std 1; the default 1/sqrt(d)
+    trains there) every MNIST client's loss goes non-finite in round 1: `pfedgm run` exits 1
+    and its last line is the app's cause naming the learning rate, not Ray's wrapper, and
+    advises no resume (there is nothing to continue)."""
     out = tmp_path / "out"
-    cfg = f"preset='smoke' dataset='{mnist}' learning-rate=0.05 output-dir='{out}'"
+    cfg = (
+        f"preset='smoke' dataset='{mnist}' learning-rate=0.05 navigator-std=1.0 output-dir='{out}'"
+    )
     cmd = [sys.executable, "-m", "pfedgm_app.cli", "run", "--run-config", cfg]
     cmd += ["--federation-config", "num-supernodes=4"]
     done = subprocess.run(cmd, env=flower_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -534,3 +534,12 @@ def test_navigator_std_draws_mu0_from_that_gaussian(std):
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="navigator_std must be > 0"):
             GaussianHead(3, 4, navigator_std=bad)
+
+
+def test_the_default_navigator_std_is_a_layers_scale():
+    """No std given: 1/sqrt(d), the scale the 200-round study chose (||mu_k|| near 1 for any d;
+    docs/notes/navigator-std.md); the run-config's 0 means the same."""
+    torch.manual_seed(0)
+    for dim in (128, 512):
+        mu = GaussianHead(100, dim).mu.detach()
+        assert abs(mu.std().item() * dim**0.5 - 1) < 0.02, dim

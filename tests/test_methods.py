@@ -143,7 +143,7 @@ def test_a_round_whose_loss_goes_non_finite_is_refused_naming_the_learning_rate(
     task.data.x_train[0] = float("inf")  # a diverged step's activations: inf, then NaN
     with pytest.raises(Diverged, match=r"learning-rate=0\.05; lower learning-rate") as info:
         method.train(_model(name), task)
-    assert ("navigator-std (1 now)" in str(info.value)) == (name == "pfedgm")
+    assert ("navigator-std (0: 1/sqrt(d) now)" in str(info.value)) == (name == "pfedgm")
 
 
 def test_pfedgm_adaptation_none_reports_and_keeps_the_global_head_with_covariance():

@@ -15,7 +15,7 @@ class PFedGMClient(ClientPlugin):
     """Generator phi + Gaussian head (navigator psi, covariance nu); all three are sent."""
 
     def build_model(self, image_shape: tuple[int, int, int], num_classes: int) -> Model:
-        std = self.settings.navigator_std
+        std = self.settings.navigator_std or None  # 0: 1/sqrt(d)
         return build_model(image_shape, lambda dim: GaussianHead(num_classes, dim, std))
 
     def divergence_advice(self) -> str:
@@ -23,8 +23,9 @@ class PFedGMClient(ClientPlugin):
         # mu_y - sum_i P_i mu_i, grows with it: at std 1 a rate a linear head takes can
         # diverge (MNIST at 0.05 does in round 1, docs/running.md)
         std = self.settings.navigator_std
+        now = f"{std:g}" if std else "0: 1/sqrt(d)"
         return (
-            f", or navigator-std ({std:g} now): H's gradient on z grows with ||mu_k||, about "
+            f", or navigator-std ({now} now): H's gradient on z grows with ||mu_k||, about "
             "navigator-std * sqrt(d) at the start"
         )
 
