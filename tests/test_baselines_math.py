@@ -49,7 +49,11 @@ def test_pfedme_inner_problem_is_solved_to_the_stated_tolerance():
 def test_pfedme_takes_k_gradient_evaluations_and_reports_the_last_one():
     model, anchor, loss, _ = _regression()
     calls = []
-    counted = lambda: calls.append(1) or loss()  # noqa: E731
+
+    def counted():
+        calls.append(1)
+        return loss()
+
     _, norm = moreau_step_(model, anchor, counted, 5.0, 0.05, steps=3, weight_decay=0.1)
     assert len(calls) == 3  # K = 3 forward/backward passes, as pFedMe's code
     # the norm reported is ||grad h|| where it was last evaluated: after 2 of the 3 steps

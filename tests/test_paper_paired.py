@@ -12,7 +12,10 @@ def test_paired_gap_matches_the_weighted_means_and_the_closed_form_standard_erro
     a = {(0, 0): (90.0, 10), (0, 1): (80.0, 30), (0, 2): (70.0, 60), (0, 9): (50.0, 5)}
     b = {(0, 0): (85.0, 10), (0, 1): (82.0, 30), (0, 2): (66.0, 60)}  # client 9: not in b
     gap = paired_gap(a, b)
-    mean = lambda r: sum(r[0, i][0] * r[0, i][1] for i in (0, 1, 2)) / 100  # noqa: E731
+
+    def mean(r):
+        return sum(r[0, i][0] * r[0, i][1] for i in (0, 1, 2)) / 100
+
     assert gap.gap == pytest.approx(mean(a) - mean(b))  # the summaries' weighted means, paired
     d = [5.0, -2.0, 4.0]
     want = sum((w * (di - gap.gap)) ** 2 for w, di in zip([10, 30, 60], d, strict=True)) ** 0.5

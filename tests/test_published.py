@@ -78,7 +78,10 @@ TYPES = {"original clients": "original", "clean": "clean"} | {
 
 def from_tex() -> dict:
     """PUBLISHED as read from the LaTeX."""
-    last = lambda texts: method(texts[-1])  # noqa: E731
+
+    def last(texts):
+        return method(texts[-1])
+
     adaptation = [(t, n) for t, n in tex_rows("tab:adaptation") if n]
     assert len(adaptation) == 6 and all(len(n) == 9 for _, n in adaptation)  # 8 + Acc. Avg.
     return {

@@ -48,5 +48,8 @@ def paired_gap(a: PerClient, b: PerClient) -> Gap | None:
 def per_seed(a: PerClient, b: PerClient) -> dict[int, Gap]:
     """The gap of each seed alone."""
     seeds = sorted({s for s, _ in a.keys() & b.keys()})
-    only = lambda x, s: {k: v for k, v in x.items() if k[0] == s}  # noqa: E731
-    return {s: paired_gap(only(a, s), only(b, s)) for s in seeds}  # type: ignore[misc]
+
+    def only(x: dict, s: int) -> dict:
+        return {k: v for k, v in x.items() if k[0] == s}
+
+    return {s: paired_gap(only(a, s), only(b, s)) for s in seeds}
