@@ -8,7 +8,6 @@ The `--run-config` and `--federation-config` values go to Flower as given, for F
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from collections.abc import Sequence
@@ -21,7 +20,9 @@ from .paper.flwr_cli import (
     flwr_command,
     flwr_json,
     parse_listed,
+    submitted_run,
 )
+from .run_folder import RunFolder
 
 APP_LINE = "pFedGM app:"  # the app's log lines; a refused run's cause is its last ERROR one
 POLL_SECONDS = 1.0  # between `flwr list`s once a log stream ended before its run
@@ -42,14 +43,7 @@ def submit(
         cmd += ["--run-config", value]
     for value in federation_config:
         cmd += ["--federation-config", value]
-    out = flwr([*cmd, "--format", "json"], env, check=False, timeout=300)
-    answer = flwr_json(out.stdout)
-    run_id = answer.get("run-id")
-    if run_id in (None, "") or answer.get("success") is not True:
-        said = str(answer.get("error-message") or out.stderr or out.stdout)
-        why = ([line.strip() for line in said.splitlines() if line.strip()] or ["no output"])[-1]
-        raise RuntimeError(f"flwr run did not submit the run: {why}")
-    return str(run_id)
+    return submitted_run(flwr([*cmd, "--format", "json"], env, check=False, timeout=300))
 
 
 def follow(run_id: str, superlink: str | None, env: dict[str, str], stream: bool) -> str:
@@ -99,7 +93,7 @@ def unfinished_runs(env: dict[str, str]) -> list[str]:
 def outcome(output_dir: Path) -> str:
     """A completed run's result and where its files are, in one line (from its summary)."""
     try:
-        summary = json.loads((output_dir / "summary.json").read_text())
+        summary = RunFolder(output_dir).read_summary()
         if summary["mean-accuracy"] is None:
             return f"no client could be evaluated (see clients.csv); its files: {output_dir}"
         result = (

@@ -46,8 +46,7 @@ class FlowerRun:
     run_id: str
     """The SuperLink's id of the run (`flwr log RUN_ID`, `flwr list --run-id RUN_ID`)."""
     status: str
-    """`flwr list`'s status at the end: `finished:completed`, `finished:failed`, ... or
-    `unknown` (a SuperLink that no longer knows the run)."""
+    """`flwr list`'s last status (`finished:completed`, ...), `unknown` if it lost the run."""
     log: str
     """The run's whole log (`flwr log RUN_ID --show`)."""
     output_dir: Path
@@ -82,15 +81,13 @@ def offline_env(flwr_home: Path, base: dict[str, str] | None = None) -> dict[str
 
 def run_config_arg(run_config: dict[str, Any]) -> str:
     """{'method': 'fedavg', 'lambda': 1.0} -> "method='fedavg' lambda=1.0" for --run-config."""
-    parts = []
-    for key, value in run_config.items():
+
+    def toml(value: Any) -> str:
         if isinstance(value, str):
-            parts.append(f"{key}='{value}'")
-        elif isinstance(value, bool):
-            parts.append(f"{key}={str(value).lower()}")
-        else:
-            parts.append(f"{key}={value!r}")
-    return " ".join(parts)
+            return f"'{value}'"
+        return str(value).lower() if isinstance(value, bool) else repr(value)
+
+    return " ".join(f"{key}={toml(value)}" for key, value in run_config.items())
 
 
 def run_app(
@@ -127,16 +124,7 @@ def run_app(
     else:
         cmd += [federation]
     cmd += ["--run-config", run_config_arg(run_config), "--format", "json"]
-    out = flwr(cmd, env, check=False, timeout=300)
-    submitted = flwr_json(out.stdout)
-    run_id = submitted.get("run-id")
-    if submitted.get("success") is not True or not isinstance(run_id, int | str) or run_id == "":
-        said = str(submitted.get("error-message") or out.stderr or out.stdout).splitlines()
-        why = ([line.strip() for line in said if line.strip()] or ["no output"])[-1]
-        if submitted.get("success") is True:
-            why = "it answered with no run-id"
-        raise RuntimeError(f"flwr run did not submit the run: {why}")
-    run_id = str(run_id)
+    run_id = submitted_run(flwr(cmd, env, check=False, timeout=300))
     link = [] if federation is None else [federation]  # where `flwr list/log/stop` must look
     status = _wait(run_id, env, started + timeout, link, output_dir)
     log = flwr(["log", run_id, *link, "--show"], env, check=False).stdout
@@ -147,6 +135,19 @@ def run_app(
     else:
         details = "" if status == "finished:completed" else _details(run_id, link, env)
     return FlowerRun(run_id, status, log, output_dir, summary, time.time() - started, details)
+
+
+def submitted_run(out: subprocess.CompletedProcess) -> str:
+    """The run id `flwr run --format json` answered; else RuntimeError with Flower's reason."""
+    submitted = flwr_json(out.stdout)
+    run_id = submitted.get("run-id")
+    if submitted.get("success") is True and isinstance(run_id, int | str) and run_id != "":
+        return str(run_id)
+    said = str(submitted.get("error-message") or out.stderr or out.stdout).splitlines()
+    why = ([line.strip() for line in said if line.strip()] or ["no output"])[-1]
+    if submitted.get("success") is True:
+        why = "it answered with no run-id"
+    raise RuntimeError(f"flwr run did not submit the run: {why}")
 
 
 def unknown_run(run_id: str, output_dir: Path) -> str:
