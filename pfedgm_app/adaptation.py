@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .gaussian import POSITIVE_FLOOR, check_objective_scale, gaussian_logits
-from .readings import LBFGS_LINE_SEARCHES
+from .gaussian import POSITIVE_FLOOR, gaussian_logits
+from .readings import LBFGS_LINE_SEARCHES, OBJECTIVE_SCALES, check_choice
 
 
 class PersonalizedHead(nn.Module):
@@ -39,7 +39,7 @@ class PersonalizedHead(nn.Module):
         objective_scale: str = "mean",
     ) -> None:
         super().__init__()
-        check_objective_scale(objective_scale)
+        check_choice("objective_scale", objective_scale, OBJECTIVE_SCALES)
         num_classes, dim = mu_star.shape
         for name, t in (("mu_star", mu_star), ("b_star", b_star), ("A_star", A_star)):
             self.register_buffer(name, t.detach().clone())
@@ -148,8 +148,7 @@ def refine_biases_(
     others' kernels, while the problem is K numbers over an n x K table, small work for one
     CPU core. Only b goes back.
     """
-    if line_search not in LBFGS_LINE_SEARCHES:
-        raise ValueError(f"line_search must be one of {LBFGS_LINE_SEARCHES}, got {line_search!r}")
+    check_choice("line_search", line_search, LBFGS_LINE_SEARCHES)
     with torch.no_grad():
         fixed, target = head.logits_but_b(z).cpu(), y.cpu()
     b = head.b.detach().cpu().clone().requires_grad_()

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .readings import OBJECTIVE_SCALES, PROTOTYPE_STEPS
+from .readings import OBJECTIVE_SCALES, PROTOTYPE_STEPS, check_choice
 
 POSITIVE_FLOOR = 1e-4
 """The smallest diagonal precision `project_` keeps after each step (A stays positive)."""
@@ -120,14 +120,6 @@ def covariance_objective(z: torch.Tensor, y: torch.Tensor, head: GaussianHead) -
 #   (`readings.OBJECTIVE_SCALES`).
 
 
-def check_objective_scale(objective_scale: str) -> None:
-    """Raise ValueError unless `objective_scale` is one of `OBJECTIVE_SCALES` (above)."""
-    if objective_scale not in OBJECTIVE_SCALES:
-        raise ValueError(
-            f"objective scale must be one of {OBJECTIVE_SCALES}, got {objective_scale!r}"
-        )
-
-
 def personalized_objective(
     z: torch.Tensor, y: torch.Tensor, prototypes: torch.Tensor, objective_scale: str = "mean"
 ) -> torch.Tensor:
@@ -136,7 +128,7 @@ def personalized_objective(
     squared error over all n x d entries is exactly 1/n sum_j 1/d ||z_j - upsilon_{y_j}||^2;
     `objective_scale` "sum" drops the 1/d (`OBJECTIVE_SCALES`).
     """
-    check_objective_scale(objective_scale)
+    check_choice("objective_scale", objective_scale, OBJECTIVE_SCALES)
     loss = F.mse_loss(z, prototypes.detach()[y])
     return loss if objective_scale == "mean" else loss * z.shape[1]
 
@@ -171,8 +163,7 @@ def update_prototypes_(
 ) -> None:
     """Algorithm 1, "update upsilon using D_i^{r,j,s} with a stepsize", in place, with the step
     size `step` (`PROTOTYPE_STEPS`). A class absent from the batch keeps its prototype."""
-    if step not in PROTOTYPE_STEPS:
-        raise ValueError(f"prototype step must be one of {PROTOTYPE_STEPS}, got {step!r}")
+    check_choice("prototype_step", step, PROTOTYPE_STEPS)
     if step == "none":
         return
     batch_means, batch_counts = class_means(z.detach(), y, prototypes.shape[0], prototypes)

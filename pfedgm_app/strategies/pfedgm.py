@@ -16,7 +16,7 @@ import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
 from .. import wire
-from ..readings import BIAS_AVERAGES, COVARIANCE_AVERAGES
+from ..readings import BIAS_AVERAGES, COVARIANCE_AVERAGES, check_choice
 
 # Algorithm 1: "Server updates phi, psi, nu using a weighted average" of the clients' values,
 # without saying in which coordinates b and A are averaged. The readings:
@@ -54,12 +54,8 @@ class PFedGM(PersonalizedFedAvg):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        for name, value, choices in (
-            ("covariance_average", covariance_average, COVARIANCE_AVERAGES),
-            ("bias_average", bias_average, BIAS_AVERAGES),
-        ):
-            if value not in choices:
-                raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+        check_choice("covariance_average", covariance_average, COVARIANCE_AVERAGES)
+        check_choice("bias_average", bias_average, BIAS_AVERAGES)
         self.navigator_keys = tuple(navigator_keys)
         self.covariance_keys = tuple(covariance_keys)
         self.bias_key = bias_key
