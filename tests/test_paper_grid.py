@@ -194,6 +194,7 @@ def test_a_folder_holding_another_budget_is_refused_before_any_run(tmp_path, cap
         (["run", "standard", "--out", "relative"], "absolute"),
         (["run", "standard", "--out", "/tmp/x", "--methods", "fedavgg"], "no method"),
         (["run", "standard", "--out", "/tmp/x", "--columns", "cifar10-dir5"], "no run matches"),
+        (["run", "navigator-std", "--out", "/tmp/x", "--runs", "pfedgm-val-std-1"], "no run "),
         (["render", "--out", "/tmp/x", "--tables", "tsne"], "no table ['tsne']"),
     ],
 )
@@ -201,6 +202,18 @@ def test_bad_input_is_one_line_naming_what_to_fix(argv, says, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0]
+
+
+def test_runs_keeps_the_named_runs_of_every_column(tmp_path, capsys):
+    argv = ["run", "navigator-std", "--out", str(tmp_path), "--dry-run", "--runs",
+            "pfedgm-val-std-layer,pfedgm-val-default"]  # fmt: skip
+    assert cli.main(argv) == 0
+    listed = [tuple(line.split()[1:3]) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(listed) == [
+        (column, name)
+        for column in ("cifar100-dir01", "cifar100-dir05")
+        for name in ("pfedgm-val-default", "pfedgm-val-std-layer")
+    ]
 
 
 def test_a_missing_flwr_command_is_one_line_before_any_run(tmp_path, monkeypatch, capsys):

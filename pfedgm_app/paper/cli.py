@@ -67,6 +67,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--seeds", default="0", help="partition and training seeds, e.g. 0,1,2")
     run.add_argument("--columns", default="", help="only these presets (comma-separated)")
     run.add_argument("--methods", default="", help="only the runs of these methods")
+    run.add_argument("--runs", default="", help="only these runs, by name (see --dry-run)")
     run.add_argument("--offline", action="store_true", help="the presets' -offline twins")
     run.add_argument("--clients", type=int, help="SuperNodes per run (default: the preset's)")
     run.add_argument("--engine", choices=ENGINES, default="flwr")
@@ -157,6 +158,9 @@ def _run(args) -> int:
         todo = [r for r in todo if r.keys.get("method") in methods]
     if not todo:
         raise ValueError("no run matches these tables, columns and methods")
+    if names := _names(args.runs):
+        _known("--runs", names, sorted({r.name for r in todo}))
+        todo = [r for r in todo if r.name in names]
     if args.dry_run:
         for run in todo:
             folder = run.folder(args.out)
