@@ -19,8 +19,8 @@ import sys
 CHILD = """
 import json, resource, sys, time
 import torch
-from pfedgm_app.models import build_model
-from pfedgm_app.training import keep_freed_memory, make_sgd, supervised_step
+from pfedgm_app.learning.models import build_model
+from pfedgm_app.learning.training import keep_freed_memory, make_sgd, supervised_step
 kept = sys.argv[1] == "kept"
 if kept:
     assert keep_freed_memory()

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
-from pfedgm_app.gaussian import GaussianHead
-from pfedgm_app.models import build_model
-from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.learning.gaussian import GaussianHead
+from pfedgm_app.learning.models import build_model
+from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_app.strategies import PFedGM
 from pfedgm_app.strategies.robust import weighted_mean
 from pfedgm_engine.inprocess import _set_task_identity, run_inprocess

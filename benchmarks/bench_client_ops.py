@@ -23,10 +23,10 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
-from pfedgm_app.gaussian import GaussianHead
-from pfedgm_app.models import build_generator, build_model
-from pfedgm_app.phases import train_round
-from pfedgm_app.training import make_sgd, run_epochs, supervised_step
+from pfedgm_app.learning.gaussian import GaussianHead
+from pfedgm_app.learning.models import build_generator, build_model
+from pfedgm_app.learning.phases import train_round
+from pfedgm_app.learning.training import make_sgd, run_epochs, supervised_step
 
 
 def rounds(images: int):

@@ -33,9 +33,9 @@ from pathlib import Path
 from benchmarks import anatomy
 from devtools.deployment import add_executor_options, executor_env, start_deployment
 from devtools.devices import write_devices
-from pfedgm_app.paper.flwr_cli import offline_env, run_app
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.superlink import stop_local_superlink
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_cli.flwr_cli import offline_env, run_app
+from pfedgm_cli.superlink import stop_local_superlink
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ STARTUP = """
 import json, sys, time
 t0 = time.perf_counter()
 from pfedgm_app.data import clients, device, tensors
-from pfedgm_app.node import node_data
+from pfedgm_app.client.node import node_data
 from pfedgm_app.methods import parse_run_config
 t1 = time.perf_counter()
 cfg = parse_run_config(json.loads(sys.argv[1]))[0]

@@ -34,9 +34,9 @@ from pathlib import Path
 
 import torch
 
-from pfedgm_app.paper.flwr_cli import offline_env, run_app
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.superlink import stop_local_superlink
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_cli.flwr_cli import offline_env, run_app
+from pfedgm_cli.superlink import stop_local_superlink
 from pfedgm_engine.inprocess import run_inprocess
 
 ROOT = Path(__file__).resolve().parents[1]

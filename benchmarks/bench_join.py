@@ -36,13 +36,13 @@ from PIL import Image
 
 from devtools.deployment import add_executor_options, executor_env, start_deployment
 from devtools.devices import write_devices
-from pfedgm_app import personal_model, predict
-from pfedgm_app.config import RunConfig
+from pfedgm_app.client import personal_model, predict
 from pfedgm_app.data import ClientData
 from pfedgm_app.methods import METHODS, ClientState, ClientTask
-from pfedgm_app.paper.flwr_cli import offline_env, run_app
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.superlink import stop_local_superlink
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_cli.flwr_cli import offline_env, run_app
+from pfedgm_cli.superlink import stop_local_superlink
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,7 +79,7 @@ def throughput(model_path: Path, paths: list[Path], repeats: int = 3) -> dict[st
             pass
         best = max(best, len(paths) / (time.perf_counter() - started))
     started = time.perf_counter()
-    command = [sys.executable, "-m", "pfedgm_app.predict", str(model_path), *map(str, paths)]
+    command = [sys.executable, "-m", "pfedgm_app.client.predict", str(model_path), *map(str, paths)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(command, check=True, capture_output=True, env=env, cwd=ROOT)
     return {"images_per_s": best, "command_s": time.perf_counter() - started}

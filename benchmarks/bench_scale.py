@@ -30,10 +30,10 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.tree_sampler import TreeSampler
-from pfedgm_app.paper.cli import set_keys
-from pfedgm_app.paper.flwr_cli import offline_env, run_app
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.superlink import stop_local_superlink
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_cli.flwr_cli import offline_env, run_app
+from pfedgm_cli.superlink import stop_local_superlink
+from pfedgm_paper.cli import set_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 

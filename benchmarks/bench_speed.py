@@ -42,13 +42,13 @@ from torch import nn
 
 from benchmarks.tree_sampler import MACHINE, ROLES, TreeSampler
 from devtools.layout import plain_layout
+from pfedgm_app.learning.models import build_model
+from pfedgm_app.learning.training import make_sgd, run_epochs, supervised_step
 from pfedgm_app.methods import get_method
-from pfedgm_app.models import build_model
-from pfedgm_app.paper.cli import set_keys
-from pfedgm_app.paper.flwr_cli import offline_env, run_app
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.superlink import stop_local_superlink
-from pfedgm_app.training import make_sgd, run_epochs, supervised_step
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_cli.flwr_cli import offline_env, run_app
+from pfedgm_cli.superlink import stop_local_superlink
+from pfedgm_paper.cli import set_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 

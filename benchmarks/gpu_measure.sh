@@ -30,7 +30,7 @@ i=0
 for args in "$@"; do
   i=$((i + 1))
   # shellcheck disable=SC2086  # each argument is a list of pfedgm-paper run arguments
-  (cd "$work" && timeout "${MEASURE_TIMEOUT:-0}" python3 -m pfedgm_app.paper.cli run $args \
+  (cd "$work" && timeout "${MEASURE_TIMEOUT:-0}" python3 -m pfedgm_paper.cli run $args \
     --offline --engine inprocess --set client-threads="$threads" --out "$repo/runs") \
     > "runs/run-$i.log" 2>&1 &
 done

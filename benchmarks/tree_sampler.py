@@ -12,8 +12,8 @@ import threading
 import time
 from pathlib import Path
 
-from pfedgm_app.processes import cmdline
-from pfedgm_app.superlink import superlink_tree
+from pfedgm_cli.processes import cmdline
+from pfedgm_cli.superlink import superlink_tree
 
 ROLES = ("ClientApps", "simulation engine", "SuperLink", "Ray")
 MACHINE = ("this benchmark", "idle", "anything else")  # the rest of every core's time

@@ -21,18 +21,18 @@ ROOT = Path(__file__).resolve().parents[1]
 API = ROOT / "docs" / "api"
 MODULES = (
     "pfedgm_app.strategies",  # the server side: PFedGM, PersonalizedFedAvg, FedPAC, pFedFDA
-    "pfedgm_app.phases",  # the client side: train_round (Phase 1), personalize (Phase 2)
-    "pfedgm_app.readings",  # the phases' options (Phase1Options, Phase2Options), the switches
-    "pfedgm_app.phase_data",
-    "pfedgm_app.gaussian",
-    "pfedgm_app.adaptation",
-    "pfedgm_app.replies",
-    "pfedgm_app.wire",  # the message types, record names and metric keys both sides use
+    "pfedgm_app.learning.phases",  # the client side: train_round (Phase 1), personalize (Phase 2)
+    "pfedgm_app.runconfig.readings",  # the phases' options (Phase1Options, Phase2Options)
+    "pfedgm_app.learning.phase_data",
+    "pfedgm_app.learning.gaussian",
+    "pfedgm_app.learning.adaptation",
+    "pfedgm_app.protocol.replies",
+    "pfedgm_app.protocol.wire",  # the message types, record names and metric keys both sides use
     "pfedgm_app.data.partitioner",
-    "pfedgm_app.run_outputs",  # a ServerApp's run folder, written as the app writes its own
-    "pfedgm_app.run_folder",  # RunFolder: the files of a run, named and read back
-    "pfedgm_app.personal_model",  # a device's personalized model: saved, loaded, checked
-    "pfedgm_app.paper.flwr_cli",  # run_app: `flwr run` from Python, followed to its end
+    "pfedgm_app.records.run_outputs",  # a ServerApp's run folder, written as the app writes its own
+    "pfedgm_app.records.run_folder",  # RunFolder: the files of a run, named and read back
+    "pfedgm_app.client.personal_model",  # a device's personalized model: saved, loaded, checked
+    "pfedgm_cli.flwr_cli",  # run_app: `flwr run` from Python, followed to its end
 )
 COMMAND = "python -m devtools.api"
 

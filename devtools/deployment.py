@@ -1,6 +1,6 @@
 """A federation of real SuperLink and SuperNode processes on this machine (the deployment
 path: one process per SuperNode), insecure or as `deploy/README.md`'s secure deployment, for
-tests and benchmarks. Runs are submitted to it with `pfedgm_app.paper.flwr_cli.run_app`.
+tests and benchmarks. Runs are submitted to it with `pfedgm_cli.flwr_cli.run_app`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pfedgm_app.paper.flwr_cli import flwr, flwr_json, free_port
-from pfedgm_app.processes import kill, process_tree
+from pfedgm_cli.flwr_cli import flwr, flwr_json, free_port
+from pfedgm_cli.processes import kill, process_tree
 
 
 def add_executor_options(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.records.run_folder import RunFolder
 
 TINY = {
     "num-server-rounds": 2,

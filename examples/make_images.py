@@ -37,7 +37,7 @@ def write_images(source: Path, out: Path) -> list[Path]:
 if __name__ == "__main__":
     import argparse
 
-    from pfedgm_app.shared_data import find_shared
+    from pfedgm_app.runconfig.shared_data import find_shared
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = Path(__file__).parent / "images"

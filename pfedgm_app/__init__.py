@@ -1,8 +1,8 @@
 """pFedGM (personalized federated learning via Gaussian generative modeling) as a Flower app.
 
 Public parts for other projects: `pfedgm_app.strategies` (server, flwr + numpy),
-`pfedgm_app.phases` and `pfedgm_app.gaussian` (client, torch), `pfedgm_app.replies` (client
-handlers' replies, flwr).
+`pfedgm_app.learning.phases` and `pfedgm_app.learning.gaussian` (client, torch),
+`pfedgm_app.protocol.replies` (client handlers' replies, flwr).
 """
 
 from importlib.metadata import PackageNotFoundError, version

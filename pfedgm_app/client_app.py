@@ -16,8 +16,8 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common import log
 
-from . import personal_model, wire
-from .node import (
+from .client import personal_model
+from .client.node import (
     DATA_PATH,
     MODEL_DIR,
     DataUnavailable,
@@ -29,7 +29,8 @@ from .node import (
     received_model,
     sizes,
 )
-from .replies import personalize_reply, train_reply
+from .protocol import wire
+from .protocol.replies import personalize_reply, train_reply
 
 app = ClientApp()
 

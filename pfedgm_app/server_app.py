@@ -15,14 +15,14 @@ from flwr.app import Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
-from . import initial_model
 from .data import resolve_dataset
-from .experiment import experiment
-from .federation import discover_clients
 from .methods import parse_run_config
-from .results import RunWriter
-from .rounds import RunStopped
-from .settings import ConfigError
+from .records import initial_model
+from .records.results import RunWriter
+from .runconfig.settings import ConfigError
+from .server.experiment import experiment
+from .server.federation import discover_clients
+from .server.rounds import RunStopped
 from .strategies import WindowedGrid
 from .strategies.window import messages_in_flight
 

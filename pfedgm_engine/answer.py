@@ -33,7 +33,7 @@ from flwr.common import log
 from flwr.common.constant import ErrorCode
 from flwr.supercore.task_identity import TaskIdentity
 
-from pfedgm_app.paper.flwr_cli import APP_DIR
+from pfedgm_cli.flwr_cli import APP_DIR
 
 # What answers a SuperNode's messages: the app's `ClientApp`, or anything called as Flower
 # calls one (e.g. a function that records what the ClientApp replies)

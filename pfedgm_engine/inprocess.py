@@ -18,7 +18,7 @@ answer one after the other in this process; with `workers=N` a pool of N spawned
 answers N messages at a time (each message travels with its node's `Context`, as Flower's
 simulation engine moves a node's state to whichever actor runs it), the way several ClientApps
 share one GPU; a worker ends with this process, stopped or killed (`workers`). How a node
-answers, in either: `answer`. Tests of the app itself go through `pfedgm_app.paper.flwr_cli`.
+answers, in either: `answer`. Tests of the app itself go through `pfedgm_cli.flwr_cli`.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ from flwr.app import Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.run import Run
 
-from pfedgm_app import wire
 from pfedgm_app.methods import run_config_keys
-from pfedgm_app.paper.flwr_cli import APP_DIR
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.wire import PERSONALIZE_MESSAGE_TYPE
+from pfedgm_app.protocol import wire
+from pfedgm_app.protocol.wire import PERSONALIZE_MESSAGE_TYPE
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_cli.flwr_cli import APP_DIR
 
 from .answer import (
     RUN_ID,

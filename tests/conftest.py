@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pfedgm_app.paper.flwr_cli import offline_env
-from pfedgm_app.superlink import stop_local_superlink
+from pfedgm_cli.flwr_cli import offline_env
+from pfedgm_cli.superlink import stop_local_superlink
 from pfedgm_engine.inprocess import run_identity
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pfedgm_app import method_settings, submit
-from pfedgm_app.check import check, read_run_config
-from pfedgm_app.cli import main
 from pfedgm_app.methods import METHODS, run_config_keys
-from pfedgm_app.paper.flwr_cli import APP_DIR
-from pfedgm_app.paper.grid import TABLES
-from pfedgm_app.presets import PRESETS
-from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_app.runconfig import method_settings
+from pfedgm_app.runconfig.presets import PRESETS
+from pfedgm_cli import submit
+from pfedgm_cli.check import check, read_run_config
+from pfedgm_cli.commands import main
+from pfedgm_cli.flwr_cli import APP_DIR
 
 
 @pytest.fixture(autouse=True)
@@ -144,7 +144,7 @@ def test_the_check_knows_what_the_registry_and_the_code_know():
 def test_check_imports_neither_torch_nor_flwr():
     code = (
         "import sys\n"
-        "from pfedgm_app.cli import main\n"
+        "from pfedgm_cli.commands import main\n"
         "try:\n"
         "    main(['check', '-c', \"method='fedpac' preset='smoke'\"])\n"
         "except SystemExit as exit:\n"
@@ -169,7 +169,7 @@ def test_the_settings_module_imports_nothing_of_the_methods():
 
 
 class FakeFlower:
-    """Stands in for the `flwr` CLI (`paper.flwr_cli.flwr`): `run` submits run 7, `list` says
+    """Stands in for the `flwr` CLI (`pfedgm_cli.flwr_cli.flwr`): `run` submits run 7, `list` says
     `status`, `log --show` prints `log`; every call is recorded."""
 
     def __init__(self, status: str = "finished:completed", log: str = "") -> None:
@@ -259,28 +259,27 @@ def test_superlink_stop_with_none_running_says_so(tmp_path, monkeypatch):
     assert result.output == f"no managed SuperLink of {tmp_path} is running\n"
 
 
-def test_paper_and_predict_are_their_own_commands(tmp_path):
-    result = pfedgm("paper", "list")
-    assert result.exit_code == 0, result.output
-    assert {line.split(":")[0] for line in result.output.splitlines()} >= set(TABLES)
+def test_predict_is_its_own_command(tmp_path):
     result = pfedgm("predict", str(tmp_path), str(tmp_path))
     assert result.exit_code == 2
     assert result.stderr.startswith(f"predict: {tmp_path}: no client-<id>.safetensors in it")
 
 
 def test_help_and_module_entry_points_name_themselves_and_write_nothing(tmp_path):
-    """`pfedgm predict --help` names its command; `python -m pfedgm_app.cli` is `pfedgm`;
+    """`pfedgm predict --help` names its command; `python -m pfedgm_cli.commands` is `pfedgm`;
     `examples/make_images.py --help` prints its usage and writes no image; an unknown preset
     gets the nearest names, not the list of all."""
-    from pfedgm_app.presets import preset_keys
-    from pfedgm_app.settings import ConfigError
+    from pfedgm_app.runconfig.presets import preset_keys
+    from pfedgm_app.runconfig.settings import ConfigError
 
     def run(*args):
         return subprocess.run([sys.executable, *args], capture_output=True, text=True,
                               cwd=tmp_path, timeout=120)  # fmt: skip
 
-    assert run("-m", "pfedgm_app.predict", "--help").stdout.startswith("usage: pfedgm predict")
-    assert "check" in run("-m", "pfedgm_app.cli", "--help").stdout
+    assert run("-m", "pfedgm_app.client.predict", "--help").stdout.startswith(
+        "usage: pfedgm predict"
+    )
+    assert "check" in run("-m", "pfedgm_cli.commands", "--help").stdout
     made = run(str(APP_DIR / "examples" / "make_images.py"), "--help")
     assert made.stdout.startswith("usage:") and not any(tmp_path.iterdir())
     with pytest.raises(ConfigError, match=r"did you mean cifar100-dir05") as err:

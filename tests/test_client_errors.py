@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flwr.app import Error, Message, RecordDict
 
-from pfedgm_app.rounds import first_failure
+from pfedgm_app.server.rounds import first_failure
 from pfedgm_app.strategies.client_errors import error_cause
 
 CAUSE = "training diverged: the loss became non-finite in round 1 at learning-rate=0.05"

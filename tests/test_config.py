@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pfedgm_app.config import RunConfig
 from pfedgm_app.data import load_pool, min_partition_size, resolve_dataset
 from pfedgm_app.methods import METHODS, parse_run_config, run_config_keys, settings_groups
-from pfedgm_app.presets import PRESETS
-from pfedgm_app.settings import ConfigError, Settings, above, at_least
+from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.runconfig.presets import PRESETS
+from pfedgm_app.runconfig.settings import ConfigError, Settings, above, at_least
 from tests.conftest import SHARED_DATA
 
 ROOT = Path(__file__).parents[1]

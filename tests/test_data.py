@@ -24,7 +24,7 @@ from pfedgm_app.data import (
 )
 from pfedgm_app.data.corruptions import CORRUPTIONS, corruption_pairs
 from pfedgm_app.data.partitioner import ResamplingDirichletPartitioner
-from pfedgm_app.settings import ConfigError
+from pfedgm_app.runconfig.settings import ConfigError
 
 LABELS = np.repeat(np.arange(10), 600)  # 6000 samples, 10 balanced classes
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from pfedgm_app import default_run
-from pfedgm_app.default_run import differences, run_env, superlink_env, superlink_ready
+from pfedgm_cli import default_run
+from pfedgm_cli.default_run import differences, run_env, superlink_env, superlink_ready
 
 
 def test_the_run_gets_the_variables_it_needs_and_keeps_the_users():

@@ -20,11 +20,11 @@ from safetensors import safe_open
 
 from devtools.deployment import start_deployment
 from devtools.reference.privacy import leaves_device_block, privacy_page
-from pfedgm_app import wire
 from pfedgm_app.methods import METHODS
-from pfedgm_app.paper.flwr_cli import flwr_json, offline_env, run_app
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.superlink import stop_local_superlink
+from pfedgm_app.protocol import wire
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_cli.flwr_cli import flwr_json, offline_env, run_app
+from pfedgm_cli.superlink import stop_local_superlink
 
 ROOT = Path(__file__).resolve().parents[1]
 # One short round: the run shows that registered devices train over TLS, not what they learn.

@@ -16,7 +16,7 @@ import pytest
 import torch
 from flwr.app import Error, Message, MetricRecord, RecordDict
 
-from pfedgm_app.config import RunConfig
+from pfedgm_app.client.node import node_data
 from pfedgm_app.data import (
     KNOWN_CLASSES,
     DeviceData,
@@ -33,9 +33,9 @@ from pfedgm_app.data import (
 from pfedgm_app.data import device as device_data
 from pfedgm_app.data.labels import _declared_classes
 from pfedgm_app.data.sources import _columns
-from pfedgm_app.federation import discover_clients, unavailable
-from pfedgm_app.node import node_data
-from pfedgm_app.settings import ConfigError
+from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.runconfig.settings import ConfigError
+from pfedgm_app.server.federation import discover_clients, unavailable
 from tests.conftest import SHARED_DATA as SHARED
 from tests.test_server import FakeGrid
 
@@ -230,8 +230,9 @@ def test_a_node_whose_data_cannot_be_loaded_answers_the_query_with_why(
     query's reply carries the reason, and the node logs it in one line."""
     from flwr.app import Context
 
-    from pfedgm_app import client_app, wire
+    from pfedgm_app import client_app
     from pfedgm_app.methods import run_config_keys
+    from pfedgm_app.protocol import wire
 
     path = tmp_path / "data"
     make(path)

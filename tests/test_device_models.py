@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from pfedgm_app import personal_model
+from pfedgm_app.client import personal_model
 from pfedgm_app.data import Protocol, load_client_data
+from pfedgm_app.learning.training import accuracy
 from pfedgm_app.methods import parse_run_config
-from pfedgm_app.paper.flwr_cli import run_app
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.training import accuracy
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_cli.flwr_cli import run_app
 
 pytestmark = pytest.mark.e2e
 
@@ -51,7 +51,7 @@ def test_every_client_keeps_its_model_which_gives_its_accuracy_and_predicts(
         assert (saved.meta["run-id"], saved.meta["rounds"]) == (int(run.run_id), 1)
     images = write_images(mnist, tmp_path / "images", 4)
     model = RunFolder(trained).models / "client-0.safetensors"
-    command = [sys.executable, "-m", "pfedgm_app.predict", str(model), str(images)]
+    command = [sys.executable, "-m", "pfedgm_app.client.predict", str(model), str(images)]
     predicted = subprocess.run(command, capture_output=True, text=True, check=True)
     lines = [line.split("\t") for line in predicted.stdout.splitlines()]
     assert len(lines) == 4 and all(c in "0123456789" and 0 < float(p) <= 1 for _, c, p in lines)

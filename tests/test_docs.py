@@ -94,15 +94,17 @@ def test_every_relative_link_leads_to_a_file_and_heading(page):
 
 
 # Where a page may name a file by its base name: the folders the code lives in.
-CODE_FOLDERS = ("", "pfedgm_app", "pfedgm_app/strategies", "pfedgm_app/methods",
-                "pfedgm_app/data", "pfedgm_app/paper", "pfedgm_engine", "devtools",
-                "devtools/reference", "benchmarks", "tests",
-                "examples/quickstart-pfedgm/pfedgm_example")  # fmt: skip
+CODE_FOLDERS = ("", *sorted({
+    str(p.parent.relative_to(ROOT))
+    for top in ("pfedgm_app", "pfedgm_cli", "pfedgm_paper", "pfedgm_engine", "devtools",
+                "benchmarks", "tests", "examples")
+    for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts
+}))  # fmt: skip
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_file_a_page_names_exists(page):
-    """A file named in backquotes (`experiment.py`, `pfedgm_app/rounds.py`, `.ci/run.sh`) is
+    """A file named in backquotes (`experiment.py`, `pfedgm_app/server/rounds.py`, `.ci/run.sh`) is
     one of this project's: a rename or a removal that leaves a page behind fails here.
     Flower's own files, named by the upstream proposals (docs/upstream), are not ours."""
     if "upstream" in page.parts:
@@ -118,15 +120,16 @@ def test_every_file_a_page_names_exists(page):
 
 
 def test_the_readme_is_a_door():
-    """At most 250 lines: what the app is, how to install, run, check and test it, and links to
-    the rest; CI runs its test command (.ci/run)."""
+    """At most 250 lines: what the app is, how to install, run, check and test it, a map of the
+    rooms, and links to the rest; CI runs its test command (.ci/run)."""
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 250
     assert "\npython -m pytest -q\n" in readme
     for page in ("docs/run-config.md", "docs/methods.md", "docs/presets.md", "deploy/README.md"):
         assert f"]({page}" in readme, page
-    paths = re.findall(r"^\| `([\w./*-]+/[\w./*-]*)` \|", readme, flags=re.M)  # the map
-    assert len(paths) > 20
+    paths = re.findall(r"^\| `([\w./*-]+/[\w./*-]*)`", readme, flags=re.M)  # the map: rooms
+    rooms = {f"pfedgm_app/{p.parent.name}/" for p in (ROOT / "pfedgm_app").glob("*/__init__.py")}
+    assert sorted(rooms - set(paths)) == [], "a room of the app is missing from the map"
     assert [p for p in paths if not list(ROOT.glob(p.rstrip("/")))] == [], "update the map"
 
 
@@ -141,7 +144,10 @@ def test_the_api_reference_covers_every_module_the_docs_and_the_example_import()
         for path in sources
         for m in re.findall(r"from (pfedgm_app[\w.]*) import", path.read_text())
     }
-    assert "pfedgm_app.run_outputs" in imported and "pfedgm_app.personal_model" in imported
+    assert (
+        "pfedgm_app.records.run_outputs" in imported
+        and "pfedgm_app.client.personal_model" in imported
+    )
     assert sorted(imported - set(api.MODULES)) == [], "add them to devtools/api.py's MODULES"
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from devtools.deployment import start_deployment
-from pfedgm_app import diagnostics
 from pfedgm_app.data import Protocol, client_indices
-from pfedgm_app.initial_model import load_state
-from pfedgm_app.paper.flwr_cli import offline_env, run_app
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.superlink import stop_local_superlink
+from pfedgm_app.learning import diagnostics
+from pfedgm_app.records.initial_model import load_state
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_cli.flwr_cli import offline_env, run_app
+from pfedgm_cli.superlink import stop_local_superlink
 
 pytestmark = pytest.mark.e2e
 
@@ -131,7 +131,7 @@ def test_pfedgm_run_ends_a_diverged_run_with_its_cause_last(flower_env, tmp_path
     cfg = (
         f"preset='smoke' dataset='{mnist}' learning-rate=0.05 navigator-std=1.0 output-dir='{out}'"
     )
-    cmd = [sys.executable, "-m", "pfedgm_app.cli", "run", "--run-config", cfg]
+    cmd = [sys.executable, "-m", "pfedgm_cli.commands", "run", "--run-config", cfg]
     cmd += ["--federation-config", "num-supernodes=4"]
     done = subprocess.run(cmd, env=flower_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=600)  # fmt: skip
@@ -160,7 +160,7 @@ def test_deployment_of_devices_with_their_own_data_survives_a_bad_and_a_killed_o
     import threading
 
     from devtools.devices import write_devices
-    from pfedgm_app.personal_model import load
+    from pfedgm_app.client.personal_model import load
     from tests.test_device_models import write_images
 
     home = tmp_path / "flwr-home"
@@ -211,7 +211,7 @@ def test_deployment_of_devices_with_their_own_data_survives_a_bad_and_a_killed_o
     model = kept[2] / "client-2.safetensors"
     assert load(model).meta["initial-model"] == str(out)
     images = write_images(mnist, tmp_path / "images", 3)
-    command = [sys.executable, "-m", "pfedgm_app.predict", str(model), str(images), "--json"]
+    command = [sys.executable, "-m", "pfedgm_app.client.predict", str(model), str(images), "--json"]
     predicted = subprocess.run(command, capture_output=True, text=True, check=True)
     classes = [json.loads(line)["class"] for line in predicted.stdout.splitlines()]
     assert len(classes) == 3 and set(classes) <= set("0123456789")

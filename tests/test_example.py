@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pfedgm_app.paper.flwr_cli import run_app
-from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_cli.flwr_cli import run_app
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "quickstart-pfedgm"
@@ -59,7 +59,7 @@ def test_pfedgm_run_of_a_clientapp_without_the_personalize_handler_fails_before_
     code = client.read_text()
     client.write_text(code[: code.index('@app.train("personalize")')])
     cfg = f"data-dir='{cifar10}' num-server-rounds=2 output-dir='{tmp_path / 'out'}'"
-    cmd = [sys.executable, "-m", "pfedgm_app.cli", "run", str(app), "--run-config", cfg]
+    cmd = [sys.executable, "-m", "pfedgm_cli.commands", "run", str(app), "--run-config", cfg]
     done = subprocess.run(cmd, env=flower_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=600)  # fmt: skip
     assert done.returncode == 1, done.stdout[-3000:]
@@ -86,7 +86,7 @@ def _node(fail_round: int = 0):
     personalize reply reports accuracy 0.5 + 0.1 * its partition id on 10 test samples."""
     from flwr.app import MessageType
 
-    from pfedgm_app.replies import personalize_reply, received, train_reply
+    from pfedgm_app.protocol.replies import personalize_reply, received, train_reply
 
     def answer(msg, context):
         pid = context.node_config["partition-id"]
@@ -123,9 +123,9 @@ def test_the_examples_serverapp_writes_the_apps_files(tmp_path, task_identity):
     last; a second run into the finished folder is refused before any message."""
     import torch
 
-    from pfedgm_app.initial_model import load_state
-    from pfedgm_app.plots import EVAL_MEAN
-    from pfedgm_app.settings import ConfigError
+    from pfedgm_app.records.initial_model import load_state
+    from pfedgm_app.records.plots import EVAL_MEAN
+    from pfedgm_app.runconfig.settings import ConfigError
 
     _run_example(tmp_path / "out")
     folder = RunFolder(tmp_path / "out")
@@ -200,7 +200,7 @@ def test_the_examples_readme_lists_every_argument_of_the_phases_with_its_default
     options (`Phase1Options`, `Phase2Options`, each phase's default `options`)."""
     from dataclasses import fields
 
-    from pfedgm_app.phases import Phase1Options, Phase2Options, personalize, train_round
+    from pfedgm_app.learning.phases import Phase1Options, Phase2Options, personalize, train_round
 
     above, below = _checklist().split("| field of `options` |")
     tables = _table(above), _table(below.split("\n\n")[0])  # the keywords', the options'
@@ -224,9 +224,9 @@ def _imports_after(statement: str) -> set[str]:
 
 @pytest.mark.slow  # fresh interpreters
 def test_strategies_need_only_flwr_and_numpy_and_the_client_api_only_torch():
-    server = _imports_after("import pfedgm_app.strategies, pfedgm_app.replies")
+    server = _imports_after("import pfedgm_app.strategies, pfedgm_app.protocol.replies")
     assert "torch" not in server and "flwr" in server
-    client = _imports_after("import pfedgm_app.phases, pfedgm_app.gaussian")
+    client = _imports_after("import pfedgm_app.learning.phases, pfedgm_app.learning.gaussian")
     assert "flwr" not in client and "torch" in client
     assert not {"datasets", "flwr_datasets", "torchvision"} & (server | client)
 
@@ -259,7 +259,7 @@ def test_the_package_builds_a_wheel_another_project_can_depend_on(tmp_path):
         names = z.namelist()
         meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert f"Version: {pfedgm_app.__version__}" in meta and "Requires-Dist: flwr" in meta
-    assert {"pfedgm_app/phases.py", "pfedgm_app/strategies/pfedgm.py"} <= set(names)
+    assert {"pfedgm_app/learning/phases.py", "pfedgm_app/strategies/pfedgm.py"} <= set(names)
     assert not [n for n in names if n.startswith(("tests/", "examples/", "benchmarks/"))]
 
 
@@ -267,13 +267,13 @@ def test_the_package_builds_a_wheel_another_project_can_depend_on(tmp_path):
 def test_the_library_imports_no_dataset_plotting_or_paper_module():
     """Another Flower project imports the strategies and the client phases: neither pulls in
     datasets, pyarrow, matplotlib nor the paper package."""
-    for statement in ("import pfedgm_app.strategies", "import pfedgm_app.phases"):
+    for statement in ("import pfedgm_app.strategies", "import pfedgm_app.learning.phases"):
         code = f"import sys; {statement}; print(' '.join(sys.modules))"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              check=True).stdout.split()  # fmt: skip
         tops = {m.split(".")[0] for m in out}
         assert not {"datasets", "flwr_datasets", "pyarrow", "matplotlib"} & tops, statement
-        assert not [m for m in out if m.startswith("pfedgm_app.paper")], statement
+        assert not [m for m in out if m.startswith("pfedgm_paper")], statement
 
 
 @pytest.mark.slow  # a fresh interpreter
@@ -287,4 +287,4 @@ def test_the_apps_clientapp_imports_no_dataset_library_until_it_decodes():
     full = subprocess.run([sys.executable, "-c", "import sys, pfedgm_app.client_app; "
                            "print(' '.join(sys.modules))"], capture_output=True, text=True,
                           check=True).stdout.split()  # fmt: skip
-    assert not [m for m in full if m.startswith("pfedgm_app.paper")]
+    assert not [m for m in full if m.startswith("pfedgm_paper")]

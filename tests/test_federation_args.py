@@ -9,13 +9,13 @@ import subprocess
 
 from click.testing import CliRunner
 
-from pfedgm_app.cli import main
-from pfedgm_app.federation_args import (
+from pfedgm_cli.commands import main
+from pfedgm_cli.federation_args import (
     SIMULATION_KEYS,
     connection_problem,
     federation_config_problems,
 )
-from pfedgm_app.paper.flwr_cli import flwr_command
+from pfedgm_cli.flwr_cli import flwr_command
 
 
 def test_a_misspelt_federation_config_key_is_named_as_given_with_the_nearest():

@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
-from pfedgm_app.paper import flwr_cli
-from pfedgm_app.paper.flwr_cli import flwr_json, parse_listed, run_app
-from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_cli import flwr_cli
+from pfedgm_cli.flwr_cli import flwr_json, parse_listed, run_app
 
 SUBMITTED = '{"success": true, "run-id": 4217}'
 # `flwr list --run-id 4217 --format json` (Flower 1.42; after its progress line, pretty-printed)

@@ -1,4 +1,5 @@
-"""Unit tests of pfedgm_app.gaussian against the closed forms of the paper's Method section."""
+"""Unit tests of pfedgm_app.learning.gaussian against the closed forms of the paper's Method
+section."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pfedgm_app.adaptation import PersonalizedHead, fine_tune_, refine_biases_
-from pfedgm_app.gaussian import (
+from pfedgm_app.learning.adaptation import PersonalizedHead, fine_tune_, refine_biases_
+from pfedgm_app.learning.gaussian import (
     OBJECTIVE_SCALES,
     POSITIVE_FLOOR,
     GaussianHead,
@@ -21,8 +22,8 @@ from pfedgm_app.gaussian import (
     shared_objective,
     update_prototypes_,
 )
-from pfedgm_app.readings import LBFGS_LINE_SEARCHES
-from pfedgm_app.training import run_epochs
+from pfedgm_app.learning.training import run_epochs
+from pfedgm_app.runconfig.readings import LBFGS_LINE_SEARCHES
 
 F64 = torch.float64
 

@@ -10,9 +10,8 @@ import importlib.util
 import pytest
 import torch
 
-from pfedgm_app.config import RunConfig
 from pfedgm_app.data import ClientData
-from pfedgm_app.gaussian import (
+from pfedgm_app.learning.gaussian import (
     GaussianHead,
     class_means,
     covariance_objective,
@@ -21,7 +20,8 @@ from pfedgm_app.gaussian import (
     update_prototypes_,
 )
 from pfedgm_app.methods import METHODS, ClientState, ClientTask, get_method
-from pfedgm_app.paper.flwr_cli import run_app
+from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_cli.flwr_cli import run_app
 from pfedgm_engine.inprocess import run_inprocess
 
 pytestmark = [

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pfedgm_app.paper.flwr_cli import run_app
-from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_cli.flwr_cli import run_app
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.e2e
@@ -78,7 +78,6 @@ def hostile_app(folder: Path) -> Path:
     text = text.replace('name = "pfedgm-app"', 'name = "pfedgm-hostile"')
     text = text.replace('clientapp = "pfedgm_app.client_app:app"', 'clientapp = "hostile:app"')
     text = text.replace('fab-include = ["pfedgm_app/**/*.py"]', 'fab-include = ["hostile.py"]')
-    text = text.replace('fab-exclude = ["pfedgm_app/paper/**"]\n', "")  # no package here
     assert tomllib.loads(text)["tool"]["flwr"]["app"]["components"]["clientapp"] == "hostile:app"
     folder.mkdir()
     (folder / "pyproject.toml").write_text(text)

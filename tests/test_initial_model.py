@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from pfedgm_app import initial_model
-from pfedgm_app.config import RunConfig
-from pfedgm_app.experiment import initial_arrays
-from pfedgm_app.initial_model import load_state
 from pfedgm_app.methods import get_method, parse_run_config
-from pfedgm_app.paper import cli, records
-from pfedgm_app.results import RunWriter
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.settings import ConfigError
+from pfedgm_app.records import initial_model
+from pfedgm_app.records.initial_model import load_state
+from pfedgm_app.records.results import RunWriter
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.runconfig.settings import ConfigError
+from pfedgm_app.server.experiment import initial_arrays
 from pfedgm_engine.inprocess import run_inprocess
+from pfedgm_paper import cli, records
 
 MNIST, CIFAR = (1, 28, 28), (3, 32, 32)
 
@@ -252,7 +252,7 @@ def test_a_run_with_no_rounds_only_personalizes_and_a_misfit_sends_nothing(tmp_p
     assert RunFolder(collected).finished and not RunFolder(collected).global_model.exists()
     rows = RunFolder(tmp_path / "joined").read_rounds()
     assert [r["round"] for r in rows] == [0] and "loss" not in rows[0]
-    from pfedgm_app.personal_model import load
+    from pfedgm_app.client.personal_model import load
 
     meta = load(RunFolder(tmp_path / "joined").models / "client-1.safetensors").meta
     assert (meta["rounds"], meta["initial-model"]) == (0, str(trained))

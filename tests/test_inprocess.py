@@ -15,11 +15,11 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
 from pfedgm_app import client_app as pfedgm_client
-from pfedgm_app import wire
-from pfedgm_app.initial_model import load_state
 from pfedgm_app.methods import METHODS, run_config_keys
-from pfedgm_app.paper.flwr_cli import run_app
-from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.protocol import wire
+from pfedgm_app.records.initial_model import load_state
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_cli.flwr_cli import run_app
 from pfedgm_engine.inprocess import InProcessGrid, run_inprocess
 
 TINY = {"num-server-rounds": 2, "local-epochs": 1, "pool-size": 2000, "fraction-train": 0.5,

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pfedgm_app.paper.flwr_cli import run_app, run_config_arg
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.superlink import stop_local_superlink, superlink_tree
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_cli.flwr_cli import run_app, run_config_arg
+from pfedgm_cli.superlink import stop_local_superlink, superlink_tree
 
 
 @pytest.mark.slow  # real processes and waits

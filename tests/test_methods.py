@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pfedgm_app.config import RunConfig
 from pfedgm_app.data import ClientData
 from pfedgm_app.methods import ClientPlugin, ClientState, ClientTask, get_method
 from pfedgm_app.methods.base import KEPT
+from pfedgm_app.runconfig.common import RunConfig
 
 SHAPE, K = (3, 32, 32), 4
 FAST = {"local-epochs": 1, "personal-epochs": 1, "finetune-epochs": 1}
@@ -120,8 +120,8 @@ def test_pfedgm_with_no_key_set_runs_the_phases_as_their_defaults_do():
     set gives `train_round` and `personalized_head` their default options and epochs."""
     import inspect
 
-    from pfedgm_app.phases import personalized_head, train_round
-    from pfedgm_app.readings import Phase1Options, Phase2Options
+    from pfedgm_app.learning.phases import personalized_head, train_round
+    from pfedgm_app.runconfig.readings import Phase1Options, Phase2Options
 
     method = get_method("pfedgm")
     client = method.plugin(method.settings.from_run_config({}))
@@ -168,7 +168,7 @@ def test_fedavgft_fine_tunes_before_evaluating():
 
 def test_generators_match_the_fedpac_pfedfda_cnns():
     """CIFAR: 3 conv + fc 576->128; EMNIST: 2 conv + fc 800->128; LeakyReLU; z is 128-d."""
-    from pfedgm_app.models import CifarCNN, EmnistCNN
+    from pfedgm_app.learning.models import CifarCNN, EmnistCNN
 
     cifar, emnist = CifarCNN(), EmnistCNN()
     assert cifar(torch.zeros(2, 3, 32, 32)).shape == emnist(torch.zeros(2, 1, 28, 28)).shape
@@ -427,7 +427,7 @@ def test_every_method_sends_what_it_declares_and_keeps_the_rest():
 
 def test_tinyimagenet_cnn_has_dropout_before_each_of_the_last_two_fc_layers():
     """The paper's 64 px model: dropout before the fc giving z and before the head; z 512-d."""
-    from pfedgm_app.models import build_model
+    from pfedgm_app.learning.models import build_model
 
     model = build_model((3, 64, 64), lambda dim: torch.nn.Linear(dim, 200))
     layers = list(model.generator.features)
@@ -443,8 +443,8 @@ def test_tinyimagenet_cnn_has_dropout_before_each_of_the_last_two_fc_layers():
 
 
 def test_inference_passes_run_without_dropout_and_restore_the_mode():
-    from pfedgm_app.models import build_model
-    from pfedgm_app.training import accuracy, apply_batched
+    from pfedgm_app.learning.models import build_model
+    from pfedgm_app.learning.training import accuracy, apply_batched
 
     torch.manual_seed(0)
     model = build_model((3, 64, 64), lambda dim: torch.nn.Linear(dim, 5))
@@ -465,7 +465,7 @@ def test_inference_passes_run_without_dropout_and_restore_the_mode():
 def test_pfedgm_takes_r_c_on_z_before_dropout_and_h_after(monkeypatch, rc_input):
     """Eq. (LossR) sees z; the navigator (H, cov_approx) sees dropout(z) (paper, Model Setup);
     `rc-input='after-dropout'`, the other reading, gives R_c the navigator's input."""
-    import pfedgm_app.phases as gm  # the client phases the plug-in calls
+    import pfedgm_app.learning.phases as gm  # the client phases the plug-in calls
 
     seen = {}
     real_r, real_h = gm.personalized_objective, gm.gaussian_logits
@@ -509,7 +509,7 @@ def test_every_method_runs_a_round_and_personalizes_on_64px_images():
 def test_the_servers_psi0_follows_navigator_std():
     """The global model's mu^0 is drawn at the std `navigator-std` names (d = 128 here):
     ||mu_k|| near std * sqrt(d)."""
-    from pfedgm_app.experiment import initial_arrays
+    from pfedgm_app.server.experiment import initial_arrays
 
     for std in (1.0, 128**-0.5):
         arrays = initial_arrays(RunConfig(), plugin("pfedgm", **{"navigator-std": std}), SHAPE, K)

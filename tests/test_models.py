@@ -6,8 +6,8 @@ import torch
 from torch import nn
 
 from devtools.layout import plain_layout
-from pfedgm_app.models import GENERATORS, MaxPool2x2, build_model
-from pfedgm_app.training import make_sgd, run_epochs, supervised_step
+from pfedgm_app.learning.models import GENERATORS, MaxPool2x2, build_model
+from pfedgm_app.learning.training import make_sgd, run_epochs, supervised_step
 
 
 def _plain(fast: nn.Module) -> nn.Module:

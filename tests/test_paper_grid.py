@@ -1,4 +1,4 @@
-"""The paper's grid (`pfedgm_app.paper`): which runs a table needs, how a cell and a paired
+"""The paper's grid (`pfedgm_paper`): which runs a table needs, how a cell and a paired
 difference are computed from run folders, a tiny grid run and rendered through the engines, a
 finished run skipped and a stopped one resumed, and bad input refused in one line."""
 
@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from pfedgm_app.methods import METHODS
-from pfedgm_app.paper import cli, grid, render
-from pfedgm_app.paper.cells import curve, read_cell
-from pfedgm_app.paper.grid import TABLES, Run, runs
-from pfedgm_app.paper.published import PUBLISHED
-from pfedgm_app.paper.runner import Engine, run_grid
-from pfedgm_app.presets import PRESETS
-from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_app.runconfig.presets import PRESETS
+from pfedgm_paper import cli, grid, render
+from pfedgm_paper.cells import curve, read_cell
+from pfedgm_paper.grid import TABLES, Run, runs
+from pfedgm_paper.published import PUBLISHED
+from pfedgm_paper.runner import Engine, run_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -303,7 +303,7 @@ def test_a_lone_curve_gives_no_per_round_table(tmp_path):
 
 
 def test_figures_are_drawn_for_the_cells_that_have_runs(tmp_path):
-    from pfedgm_app.paper.figures import figures
+    from pfedgm_paper.figures import figures
 
     _fake_run(tmp_path, "cifar10s-dir05-100c", "pfedgm", 0, [0.8, 0.6])
     _fake_run(tmp_path, "cifar10s-dir05-100c", "pfedgm-npo", 0, [0.7, 0.5])
@@ -367,7 +367,7 @@ def test_the_phase2_study_varies_phase2_keys_alone_on_validation():
 
 
 def test_the_dynamics_figure_draws_a_pfedgm_run_beside_another(tmp_path, capsys):
-    from pfedgm_app.diagnostics import KEYS
+    from pfedgm_app.learning.diagnostics import KEYS
 
     gm, other = tmp_path / "gm", tmp_path / "other"
     for folder, rows in (
@@ -392,7 +392,7 @@ def _cells(line: str) -> list[str]:
 def test_the_dynamics_table_reads_each_run_at_the_rounds_asked(tmp_path, capsys):
     """One row per run and round: its accuracy where it evaluated, fractions as percentages,
     the cell named by the run's folder; a round the run lacks is left out, none is an error."""
-    from pfedgm_app.diagnostics import KEYS
+    from pfedgm_app.learning.diagnostics import KEYS
 
     run = tmp_path / "out" / "cifar10-dir05" / "pfedgm" / "seed0"
     run.mkdir(parents=True)
@@ -440,7 +440,7 @@ def test_paired_compares_two_runs_client_by_client(tmp_path, capsys):
 def test_collected_records_name_no_absolute_path_and_the_committed_ones_neither(tmp_path):
     """`collect` writes the dataset as `shared:<name>` and the output folder as the run's
     folder below the results folder; every committed record under results/ is so written."""
-    from pfedgm_app.paper.records import portable
+    from pfedgm_paper.records import portable
 
     run = _fake_run(tmp_path / "out", "cifar10-dir05", "pfedgm", 0, [0.5])
     config = {"dataset": "/home/x/shared/data/cifar10", "output-dir": str(run.path),

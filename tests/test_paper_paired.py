@@ -1,11 +1,11 @@
-"""The paired per-client differences of the paper's tables (`pfedgm_app.paper.paired`): the
+"""The paired per-client differences of the paper's tables (`pfedgm_paper.paired`): the
 weighted mean of the differences, its standard error in closed form, and the pairs over seeds."""
 
 from __future__ import annotations
 
 import pytest
 
-from pfedgm_app.paper.paired import paired_gap, per_seed
+from pfedgm_paper.paired import paired_gap, per_seed
 
 
 def test_paired_gap_matches_the_weighted_means_and_the_closed_form_standard_error():

@@ -16,10 +16,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from devtools.reference.privacy import REPLY_RUN
-from pfedgm_app import client_app, node, personal_model, predict
-from pfedgm_app.config import RunConfig
+from pfedgm_app import client_app
+from pfedgm_app.client import node, personal_model, predict
+from pfedgm_app.client.personal_model import ModelFileError
 from pfedgm_app.data import ClientData, Protocol, load_client_data, to_tensor
-from pfedgm_app.federation import unavailable
+from pfedgm_app.learning.training import accuracy
 from pfedgm_app.methods import (
     METHODS,
     ClientState,
@@ -28,9 +29,9 @@ from pfedgm_app.methods import (
     parse_run_config,
     run_config_keys,
 )
-from pfedgm_app.personal_model import ModelFileError
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.training import accuracy
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.server.federation import unavailable
 
 SHAPE, CLASSES = (1, 28, 28), ["zero", "one", "two", "three"]
 FAST = {"local-epochs": 1, "personal-epochs": 1, "finetune-epochs": 1, "fedrep-refit-epochs": 1,

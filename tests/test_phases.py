@@ -1,5 +1,6 @@
-"""The public client API (`pfedgm_app.phases`): the same math on tensors and on DataLoaders,
-what it changes and what it leaves, and that Phase 2 learns on a separable problem."""
+"""The public client API (`pfedgm_app.learning.phases`): the same math on tensors and on
+DataLoaders, what it changes and what it leaves, and that Phase 2 learns on a separable
+problem."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from pfedgm_app import diagnostics
-from pfedgm_app.gaussian import GaussianHead, shared_objective
-from pfedgm_app.phase_data import features
-from pfedgm_app.phases import personalize, personalized_head, train_round
-from pfedgm_app.readings import Phase1Options, Phase2Options
+from pfedgm_app.learning import diagnostics
+from pfedgm_app.learning.gaussian import GaussianHead, shared_objective
+from pfedgm_app.learning.phase_data import features
+from pfedgm_app.learning.phases import personalize, personalized_head, train_round
+from pfedgm_app.runconfig.readings import Phase1Options, Phase2Options
 
 K, D = 3, 4
 

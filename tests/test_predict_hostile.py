@@ -16,7 +16,7 @@ from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from pfedgm_app import personal_model, predict
+from pfedgm_app.client import personal_model, predict
 from pfedgm_app.data import to_tensor
 from tests.test_personal_model import _images, _save
 

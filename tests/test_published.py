@@ -1,4 +1,4 @@
-"""`pfedgm_app.paper.published` against the paper's LaTeX: every number, read from the tables'
+"""`pfedgm_paper.published` against the paper's LaTeX: every number, read from the tables'
 rows, and nothing more; its keys are the app's preset names and client types."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pfedgm_app.data.corruptions import CORRUPTIONS
-from pfedgm_app.paper.published import PUBLISHED
-from pfedgm_app.presets import PRESETS
+from pfedgm_app.runconfig.presets import PRESETS
+from pfedgm_paper.published import PUBLISHED
 
 TEX = Path(__file__).resolve().parents[2] / "shared/paper/pfedgm-paper.tex"
 CELL = re.compile(r"(\d+\.\d+)(?: \((\d+(?:\.\d+)?)\))?")  # "86.56 (12)" or "64.91"

@@ -1,9 +1,10 @@
 """What pyproject.toml says is true. Every third-party package the code imports is declared: by
 its own name, or as an extra asked for by name (`flwr[simulation]` brings Ray). A package that
 arrives only through another one's requirements (click through flwr) leaves with that package's
-next release. The app's and the engine's imports are in `dependencies` (an import whose absence
-the code handles, `except ImportError`, may be in an extra instead); the tools' (devtools,
-benchmarks, tests) in `dependencies` or an extra. The lint's `ignore` names only selected rules.
+next release. The imports of the wheel's packages (the app, the command line, the paper's
+tooling, the engine) are in `dependencies` (an import whose absence the code handles, `except
+ImportError`, may be in an extra instead); the tools' (devtools, benchmarks, tests) in
+`dependencies` or an extra. The lint's `ignore` names only selected rules.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-RUNTIME = ("pfedgm_app", "pfedgm_engine")  # what the wheel carries
+RUNTIME = ("pfedgm_app", "pfedgm_cli", "pfedgm_paper", "pfedgm_engine")  # what the wheel carries
 TOOLS = ("devtools", "benchmarks", "tests")  # run from a checkout
 
 

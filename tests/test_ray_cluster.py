@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from pfedgm_app.paper.flwr_cli import free_port, offline_env, run_app
-from pfedgm_app.superlink import stop_local_superlink
+from pfedgm_cli.flwr_cli import free_port, offline_env, run_app
+from pfedgm_cli.superlink import stop_local_superlink
 
 pytestmark = pytest.mark.e2e
 

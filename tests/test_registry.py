@@ -12,6 +12,8 @@ import pytest
 
 from devtools.reference.registry_pages import pages
 from devtools.same_numbers import TINY
+from pfedgm_app.learning.models import Model
+from pfedgm_app.learning.training import supervised_step
 from pfedgm_app.methods import (
     METHODS,
     ClientPlugin,
@@ -21,11 +23,9 @@ from pfedgm_app.methods import (
     parse_run_config,
     run_config_keys,
 )
-from pfedgm_app.models import Model
-from pfedgm_app.paper.grid import method_row
-from pfedgm_app.settings import ConfigError, Settings, at_least
-from pfedgm_app.training import supervised_step
+from pfedgm_app.runconfig.settings import ConfigError, Settings, at_least
 from pfedgm_engine.inprocess import run_inprocess
+from pfedgm_paper.grid import method_row
 
 TRAINED: list[int] = []  # the epochs of every round a toy client trained, in this process
 

@@ -1,5 +1,5 @@
-"""A ClientApp's replies (`pfedgm_app.replies`): what they carry, and the clear errors that stop
-a reply the strategies could not use before it leaves the client."""
+"""A ClientApp's replies (`pfedgm_app.protocol.replies`): what they carry, and the clear errors
+that stop a reply the strategies could not use before it leaves the client."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 
-from pfedgm_app import wire
-from pfedgm_app.replies import personalize_reply, received, train_reply
+from pfedgm_app.protocol import wire
+from pfedgm_app.protocol.replies import personalize_reply, received, train_reply
 
 pytestmark = pytest.mark.usefixtures("task_identity")  # Messages need a run identity
 

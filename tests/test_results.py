@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, MetricRecord
 
-from pfedgm_app import checkpoint
-from pfedgm_app.config import RunConfig
 from pfedgm_app.methods.base import NoSettings
-from pfedgm_app.plots import EVAL_MEAN, EVAL_STD
-from pfedgm_app.results import ELAPSED, RunWriter, accuracy_by_type
-from pfedgm_app.run_folder import FORMAT_VERSION, SUMMARY_V1, VERSION, RunFolder
-from pfedgm_app.settings import ConfigError
+from pfedgm_app.records import checkpoint
+from pfedgm_app.records.plots import EVAL_MEAN, EVAL_STD
+from pfedgm_app.records.results import ELAPSED, RunWriter, accuracy_by_type
+from pfedgm_app.records.run_folder import FORMAT_VERSION, SUMMARY_V1, VERSION, RunFolder
+from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.runconfig.settings import ConfigError
 from pfedgm_app.strategies import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -311,8 +311,9 @@ def test_an_output_dir_in_use_by_a_live_run_is_refused_and_a_killed_run_leaves_n
     with pytest.raises(ConfigError, match="in use by a live run"):
         RunWriter.create(cfg, NoSettings()).write_config(cfg, NoSettings(), 1)
     first.close()
-    script = ("import sys, time; from pathlib import Path; from pfedgm_app.checkpoint import "
-              "FolderLock; lock = FolderLock(Path(sys.argv[1])); print('locked', flush=True); "
+    script = ("import sys, time; from pathlib import Path; "
+              "from pfedgm_app.records.checkpoint import FolderLock; "
+              "lock = FolderLock(Path(sys.argv[1])); print('locked', flush=True); "
               "time.sleep(60)")  # fmt: skip
     holder = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "run")],
                               stdout=subprocess.PIPE, text=True)  # fmt: skip

@@ -15,17 +15,17 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord
 
-from pfedgm_app import checkpoint
-from pfedgm_app.checkpoint import FolderLock
-from pfedgm_app.config import RunConfig
-from pfedgm_app.initial_model import load_state
 from pfedgm_app.methods import METHODS
 from pfedgm_app.methods.pfedgm import PFedGMSettings
-from pfedgm_app.paper.flwr_cli import flwr_json, run_app
-from pfedgm_app.results import RunWriter
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.settings import ConfigError
+from pfedgm_app.records import checkpoint
+from pfedgm_app.records.checkpoint import FolderLock
+from pfedgm_app.records.initial_model import load_state
+from pfedgm_app.records.results import RunWriter
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.runconfig.settings import ConfigError
 from pfedgm_app.strategies import FedPAC
+from pfedgm_cli.flwr_cli import flwr_json, run_app
 from pfedgm_engine.inprocess import RunStopped, run_inprocess
 
 RUN = {"num-server-rounds": 4, "local-epochs": 1, "pool-size": 1500, "fraction-train": 0.5,
@@ -364,7 +364,7 @@ def test_resume_refuses_any_other_key_naming_it_and_both_values(tmp_path, common
 
 
 def test_resume_refuses_a_checkpoint_of_another_model_or_strategy_naming_it(tmp_path):
-    from pfedgm_app.experiment import resume
+    from pfedgm_app.server.experiment import resume
 
     method, cfg = METHODS["fedpac"], RunConfig(output_dir=str(tmp_path), resume=True)
     initial = ArrayRecord({"w": Array(np.zeros((2, 3), np.float32))})

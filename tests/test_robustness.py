@@ -204,8 +204,8 @@ def test_a_query_reply_that_cannot_describe_a_client_is_named(info, says):
 
 
 def test_the_runs_records_are_strict_json(tmp_path):
-    from pfedgm_app.results import RunWriter
-    from pfedgm_app.run_folder import RunFolder, strict_json
+    from pfedgm_app.records.results import RunWriter
+    from pfedgm_app.records.run_folder import RunFolder, strict_json
 
     writer = RunWriter(tmp_path)
     writer.append_round(1, MetricRecord({"loss": 1.0, "round": 99}), total=float("inf"))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.settings import ConfigError
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_app.runconfig.settings import ConfigError
 
 OUTPUTS = Path(__file__).resolve().parents[1] / "docs" / "outputs.md"
 

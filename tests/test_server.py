@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 
-from pfedgm_app.config import RunConfig
-from pfedgm_app.federation import discover_clients
-from pfedgm_app.settings import ConfigError
+from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.runconfig.settings import ConfigError
+from pfedgm_app.server.federation import discover_clients
 from pfedgm_app.strategies import PersonalizedFedAvg
 
 pytestmark = pytest.mark.usefixtures("task_identity")  # Messages need a run identity
@@ -246,7 +246,7 @@ def test_only_train_nodes_are_trained_and_personalize_reaches_the_nodes_given():
 def test_min_nodes_starts_with_the_nodes_connected_and_takes_in_later_ones():
     """A deployment whose devices come and go: 2 of 3 partitions suffice to start; a node
     that joins later is queried before a round and then sampled."""
-    from pfedgm_app.federation import query_new_nodes
+    from pfedgm_app.server.federation import query_new_nodes
 
     grid = FakeGrid({1: (0, 3), 2: (2, 3)})
     cfg = RunConfig(node_wait_timeout=0.5, min_nodes=2)
@@ -275,7 +275,7 @@ def test_fewer_nodes_than_min_nodes_for_the_wait_timeout_ends_the_run():
 def test_the_round_loop_numbers_rounds_from_a_resume_and_reports_each_round():
     """`rounds.Rounds`: rounds done+1..last, the arrays carried from round to round, and
     `after_round` (outputs, checkpoint) called once per round with its aggregate."""
-    from pfedgm_app.rounds import Rounds
+    from pfedgm_app.server.rounds import Rounds
 
     grid = TrainingGrid({1: (0, 2), 2: (1, 2)})
     strategy = PersonalizedFedAvg(fraction_train=1.0, min_available_nodes=2)
@@ -299,7 +299,7 @@ class FailingGrid(TrainingGrid):
 
 
 def test_when_no_round_aggregates_the_run_stops_naming_the_rounds_not_personalizing():
-    from pfedgm_app.rounds import Rounds
+    from pfedgm_app.server.rounds import Rounds
 
     grid = FailingGrid({1: (0, 2), 2: (1, 2)})
     strategy = PersonalizedFedAvg(fraction_train=1.0, min_available_nodes=2)
@@ -324,7 +324,7 @@ def test_a_refusal_is_logged_once_and_other_errors_keep_their_traceback(caplog):
     import logging
     import sys
 
-    from pfedgm_app.config import ConfigError
+    from pfedgm_app.runconfig.common import ConfigError
     from pfedgm_app.server_app import ExplainedRefusal
 
     def record(exc: Exception, level: int = logging.ERROR) -> logging.LogRecord:

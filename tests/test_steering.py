@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flwr.app import Array, MetricRecord
 
-from pfedgm_app.run_folder import RunFolder
+from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_engine.inprocess import app_component, run_inprocess
 
 pytestmark = pytest.mark.slow

@@ -17,13 +17,13 @@ import pytest
 from click.testing import CliRunner
 
 from devtools.deployment import start_deployment
-from pfedgm_app import processes
-from pfedgm_app import supernode as supernode_module
-from pfedgm_app.cli import main
-from pfedgm_app.paper.flwr_cli import offline_env
-from pfedgm_app.processes import alive, process_tree
-from pfedgm_app.superlink import stop_local_superlink
-from pfedgm_app.supernode import select, supernode_tree, supernodes
+from pfedgm_cli import processes
+from pfedgm_cli import supernode as supernode_module
+from pfedgm_cli.commands import main
+from pfedgm_cli.flwr_cli import offline_env
+from pfedgm_cli.processes import alive, process_tree
+from pfedgm_cli.superlink import stop_local_superlink
+from pfedgm_cli.supernode import select, supernode_tree, supernodes
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy" / "README.md"
@@ -49,7 +49,7 @@ TABLE = {
 
 @pytest.fixture
 def machine(monkeypatch):
-    """`pfedgm_app.supernode` sees TABLE instead of /proc, as user 0."""
+    """`pfedgm_cli.supernode` sees TABLE instead of /proc, as user 0."""
     parents = {pid: parent for pid, (parent, _, _) in TABLE.items()}
     for module in (processes, supernode_module):
         monkeypatch.setattr(module, "parent_pids", lambda: dict(parents))

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from pfedgm_app.training import keep_freed_memory
+from pfedgm_app.learning.training import keep_freed_memory
 
 # Epochs of the CIFAR CNN in a fresh process (mallopt is process-wide and one-way): a checksum
 # of the trained weights.
@@ -16,8 +16,9 @@ TRAIN = textwrap.dedent(
     import json, sys
     import torch
     from torch import nn
-    from pfedgm_app.models import build_model
-    from pfedgm_app.training import keep_freed_memory, make_sgd, run_epochs, supervised_step
+    from pfedgm_app.learning.models import build_model
+    from pfedgm_app.learning.training import (
+        keep_freed_memory, make_sgd, run_epochs, supervised_step)
     kept = keep_freed_memory() if sys.argv[1] == "keep" else False
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -58,8 +59,8 @@ def test_make_sgd_steps_equal_torchs_default_sgd_bit_for_bit():
     import torch
     from torch import nn
 
-    from pfedgm_app.models import build_model
-    from pfedgm_app.training import make_sgd, run_epochs, supervised_step
+    from pfedgm_app.learning.models import build_model
+    from pfedgm_app.learning.training import make_sgd, run_epochs, supervised_step
 
     torch.manual_seed(0)
     x, y = torch.randn(120, 3, 32, 32), torch.randint(0, 10, (120,))

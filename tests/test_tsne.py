@@ -1,4 +1,4 @@
-"""The paper's t-SNE figure (`pfedgm_app.paper.tsne`) from a run folder made by hand: the
+"""The paper's t-SNE figure (`pfedgm_paper.tsne`) from a run folder made by hand: the
 config.json and global_model.safetensors that `results.RunWriter` writes, for a small CIFAR-10
 run on the real local data (pool-size keeps it small)."""
 
@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from pfedgm_app.config import RunConfig
 from pfedgm_app.data import Protocol, load_client_data
-from pfedgm_app.experiment import initial_arrays
 from pfedgm_app.methods import get_method
-from pfedgm_app.results import RunWriter
-from pfedgm_app.run_folder import RunFolder
-from pfedgm_app.settings import ConfigError
+from pfedgm_app.records.results import RunWriter
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.runconfig.settings import ConfigError
+from pfedgm_app.server.experiment import initial_arrays
 
 pytest.importorskip("sklearn", reason='the t-SNE figure needs pip install -e ".[paper]"')
-tsne = pytest.importorskip("pfedgm_app.paper.tsne")
+tsne = pytest.importorskip("pfedgm_paper.tsne")
 
 NUM_CLIENTS = 8
 

@@ -9,8 +9,8 @@ import sys
 import pytest
 from flwr.app import Message, MessageType, RecordDict
 
-from pfedgm_app.config import RunConfig
-from pfedgm_app.settings import ConfigError
+from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.runconfig.settings import ConfigError
 from pfedgm_app.strategies import WindowedGrid
 from pfedgm_app.strategies.window import AUTO, in_simulation_engine, messages_in_flight
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pfedgm_app.processes import alive, argv, kill, process_tree
+from pfedgm_cli.processes import alive, argv, kill, process_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,10 +3,10 @@
     python -m devtools.reference            # docs/run-config.md, methods.md, presets.md, privacy.md
 
 - `run-config.md`: every key, its default, bound and meaning (the settings groups' fields,
-  formatted by `pfedgm_app.run_config_doc`);
+  formatted by `devtools.reference.run_config_doc`);
 - `methods.md`: the method registry's table (`pfedgm_app.methods.markdown_table`) and how to
   add a method;
-- `presets.md`: the presets' table (`pfedgm_app.presets.markdown_table`);
+- `presets.md`: the presets' table (`pfedgm_app.runconfig.presets.markdown_table`);
 - `privacy.md`: what leaves a device, from the replies the real ClientApp handlers send (every
   method in process, two MNIST clients, two rounds: a few seconds; needs the local MNIST copy,
   `--data`).

@@ -5,11 +5,11 @@ a moment and compare them with the files.
 
 from __future__ import annotations
 
-from pfedgm_app import presets
 from pfedgm_app.methods import markdown_table
-from pfedgm_app.run_config_doc import run_config_tables
+from pfedgm_app.runconfig import presets
 
 from . import COMMAND, GENERATED
+from .run_config_doc import run_config_tables
 
 
 def run_config_page() -> str:
@@ -176,10 +176,10 @@ Four files, edited by hand; everything else comes from the registry:
    model parts it `sends`, override `train` or `personalize`; FedPer in `split.py` is one line,
    `sends = ("generator",)`, under its docstring; `personalize` returns `Personalized`, the
    metrics and the model they are of, which the device keeps: a head of a class no method used
-   before declares its kind in `HEADS` of `pfedgm_app/personal_model.py`), and one
+   before declares its kind in `HEADS` of `pfedgm_app/client/personal_model.py`), and one
    `Method(name, label, plug-in, summary, strategy=..., settings=...)`, `label` being the
    paper's name for it.
-2. `pfedgm_app/method_settings.py`: its `Settings` dataclass of its own keys, if any (each
+2. `pfedgm_app/runconfig/method_settings.py`: its `Settings` dataclass of its own keys, if any (each
    field with its bound and its meaning: `at_least`, `above` or `setting`, with `doc=`), and
    its line in `SETTINGS`, so that `pfedgm check` knows its keys without importing torch.
 3. `pfedgm_app/methods/__init__.py`: the method in `REGISTERED`, in the paper's table order.
@@ -199,7 +199,7 @@ def presets_page() -> str:
 
 {GENERATED}
 
-Each preset is a cell group of the paper's tables (`pfedgm_app/presets.py`), given as the
+Each preset is a cell group of the paper's tables (`pfedgm_app/runconfig/presets.py`), given as the
 `preset` key, which combines with other keys (a key given with a non-default value wins):
 
 ```bash
@@ -208,7 +208,7 @@ flwr run . --run-config "preset='cifar100-dir01' method='fedpac'" \\
 ```
 
 or as a file, `flwr run . --run-config conf/<preset>.toml` (written by `python -m
-pfedgm_app.presets --write`). Each has an `-offline` twin that reads
+pfedgm_app.runconfig.presets --write`). Each has an `-offline` twin that reads
 `<ancestor>/shared/data/<folder>` (`dataset='shared:cifar100'`); EMNIST's reads real EMNIST
 ByClass (62 classes), only its official test split (116 images per client at 1000 clients; the
 paper's are about 814). `num-supernodes` is the federation size the preset needs.

@@ -9,7 +9,8 @@ import zlib
 
 import numpy as np
 
-from ..settings import ConfigError
+from pfedgm_app.runconfig.settings import ConfigError
+
 from .cache import (
     _CLIENTS,
     CACHE_VERSION,

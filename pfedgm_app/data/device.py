@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import RunConfig
-from ..settings import ConfigError
+from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.runconfig.settings import ConfigError
+
 from .cache import _CLIENTS, _client_cache, _fingerprint
 from .labels import map_labels, run_classes
 from .partition import hold_out_validation, split_seed, split_train_test

@@ -11,16 +11,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import parse_classes
-from ..settings import ConfigError
-from .sources import (
-    PoolInfo,
-    _columns,
-    _image_folder,
-    load_pool,
-    pick_columns,
-    resolve_dataset,
-)
+from pfedgm_app.runconfig.common import parse_classes
+from pfedgm_app.runconfig.settings import ConfigError
+
+from .sources import PoolInfo, _columns, _image_folder, load_pool, pick_columns, resolve_dataset
 
 if TYPE_CHECKING:
     import datasets

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..settings import ConfigError
+from pfedgm_app.runconfig.settings import ConfigError
+
 from .sources import load_pool
 
 if TYPE_CHECKING:

@@ -17,7 +17,8 @@ import datasets
 import numpy as np
 from flwr_datasets.partitioner import Partitioner
 
-from ..settings import ConfigError
+from pfedgm_app.runconfig.settings import ConfigError
+
 from .partition import dirichlet_partition
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import CORRUPTION_ASSIGNMENTS, RunConfig, parse_classes
-from ..settings import ConfigError
+from pfedgm_app.runconfig.common import CORRUPTION_ASSIGNMENTS, RunConfig, parse_classes
+from pfedgm_app.runconfig.settings import ConfigError
+
 from .corruptions import corruption_pairs
 
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..models import GENERATORS
-from ..settings import ConfigError
-from ..shared_data import shared_parquet
+from pfedgm_app.learning.models import GENERATORS
+from pfedgm_app.runconfig.settings import ConfigError
+from pfedgm_app.runconfig.shared_data import shared_parquet
 
 if TYPE_CHECKING:
     import datasets

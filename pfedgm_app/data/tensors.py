@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..settings import ConfigError
+from pfedgm_app.runconfig.settings import ConfigError
+
 from .sources import PoolInfo
 
 

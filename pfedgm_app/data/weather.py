@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..shared_data import find_shared
+from pfedgm_app.runconfig.shared_data import find_shared
+
 from .severities import FOG, FROST, level
 
 # The reference draws randint(5): frost6 is shipped but never used.

@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import method_settings
-from ..config import RunConfig
-from ..settings import ConfigError, Settings
+from pfedgm_app.runconfig import method_settings
+from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.runconfig.settings import ConfigError, Settings
+
 from .base import ClientPlugin, ClientState, ClientTask, Method, Personalized, Reply
 from .ditto import DITTO
 from .fedavg import FEDAVG, FEDAVGFT, LOCAL

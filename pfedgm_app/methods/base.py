@@ -19,13 +19,13 @@ import torch
 from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
-from ..config import RunConfig
-from ..data import ClientData
-from ..method_settings import NoSettings
-from ..models import Model, build_model
-from ..settings import Settings
-from ..strategies import PersonalizedFedAvg
-from ..training import accuracy, make_sgd, run_epochs, supervised_step
+from pfedgm_app.data import ClientData
+from pfedgm_app.learning.models import Model, build_model
+from pfedgm_app.learning.training import accuracy, make_sgd, run_epochs, supervised_step
+from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.runconfig.method_settings import NoSettings
+from pfedgm_app.runconfig.settings import Settings
+from pfedgm_app.strategies import PersonalizedFedAvg
 
 KEPT = "kept-arrays"  # ClientState name of the model parameters a client never sends
 

@@ -13,9 +13,10 @@ import copy
 
 import torch
 
-from ..method_settings import DittoSettings
-from ..models import Model
-from ..training import supervised_step
+from pfedgm_app.learning.models import Model
+from pfedgm_app.learning.training import supervised_step
+from pfedgm_app.runconfig.method_settings import DittoSettings
+
 from .base import ClientPlugin, ClientTask, Method, Personalized, Reply, accuracy_on_test
 
 PERSONAL = "ditto-personal"  # ClientState name of the personal model (never sent)

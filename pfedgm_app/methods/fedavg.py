@@ -8,9 +8,10 @@ before its evaluation; here `finetune-epochs`, 5 by default, the same).
 
 from __future__ import annotations
 
-from ..method_settings import FineTune
-from ..models import Model
-from ..training import frozen, supervised_step
+from pfedgm_app.learning.models import Model
+from pfedgm_app.learning.training import frozen, supervised_step
+from pfedgm_app.runconfig.method_settings import FineTune
+
 from .base import ClientPlugin, ClientTask, Method, Personalized, accuracy_on_test
 
 

@@ -20,12 +20,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import wire
-from ..gaussian import class_means
-from ..method_settings import FedPACSettings
-from ..models import Model
-from ..strategies import FedPAC
-from ..training import apply_batched, frozen, supervised_step
+from pfedgm_app.learning.gaussian import class_means
+from pfedgm_app.learning.models import Model
+from pfedgm_app.learning.training import apply_batched, frozen, supervised_step
+from pfedgm_app.protocol import wire
+from pfedgm_app.runconfig.method_settings import FedPACSettings
+from pfedgm_app.strategies import FedPAC
+
 from .base import ClientPlugin, ClientTask, Method, Personalized, Reply
 
 

@@ -20,10 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..method_settings import PFedFDASettings
-from ..models import Model, build_model
-from ..strategies import PFedFDA
-from ..training import accuracy, apply_batched
+from pfedgm_app.learning.models import Model, build_model
+from pfedgm_app.learning.training import accuracy, apply_batched
+from pfedgm_app.runconfig.method_settings import PFedFDASettings
+from pfedgm_app.strategies import PFedFDA
+
 from .base import ClientPlugin, ClientTask, Method, Personalized, Reply
 
 SHRINKAGE = 1e-4  # LDA's Sigma' = (1 - eps) Sigma + eps tr(Sigma)/d I, and the prior floor

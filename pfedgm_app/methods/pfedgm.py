@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from ..gaussian import GaussianHead
-from ..method_settings import PFedGMSettings
-from ..models import Model, build_model
-from ..phases import personalized_head, train_round
-from ..readings import Phase1Options, Phase2Options
-from ..strategies import PFedGM
+from pfedgm_app.learning.gaussian import GaussianHead
+from pfedgm_app.learning.models import Model, build_model
+from pfedgm_app.learning.phases import personalized_head, train_round
+from pfedgm_app.runconfig.method_settings import PFedGMSettings
+from pfedgm_app.runconfig.readings import Phase1Options, Phase2Options
+from pfedgm_app.strategies import PFedGM
+
 from .base import ClientPlugin, ClientTask, Method, Personalized, Reply
 
 

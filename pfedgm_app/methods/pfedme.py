@@ -31,9 +31,10 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..method_settings import PFedMeSettings
-from ..models import Model
-from ..training import run_epochs, supervised_step
+from pfedgm_app.learning.models import Model
+from pfedgm_app.learning.training import run_epochs, supervised_step
+from pfedgm_app.runconfig.method_settings import PFedMeSettings
+
 from .base import ClientPlugin, ClientTask, Method, Personalized, Reply, accuracy_on_test
 
 PERSONAL = "pfedme-personal"  # ClientState name of theta (never sent)

@@ -3,9 +3,10 @@ baselines' papers call the generator the body, base or representation)."""
 
 from __future__ import annotations
 
-from ..method_settings import FedRepSettings, FineTune, LGFedAvgSettings
-from ..models import Model
-from ..training import frozen, supervised_step
+from pfedgm_app.learning.models import Model
+from pfedgm_app.learning.training import frozen, supervised_step
+from pfedgm_app.runconfig.method_settings import FedRepSettings, FineTune, LGFedAvgSettings
+
 from .base import ClientPlugin, ClientTask, Method, Personalized, Reply, accuracy_on_test
 from .fedavg import FedAvgFTClient, fine_tune
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
 
-from .. import wire
+from pfedgm_app.protocol import wire
+
 from .client_errors import error_cause
 from .contract import MAX_SAMPLES, record_bytes, train_reply_problem
 from .personalization_result import PersonalizationResult, summarize

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
-from .. import wire
+from pfedgm_app.protocol import wire
 
 # Largest |value| a model or statistic array may hold: far above any trained weight or feature
 # statistic, far below what would overflow float32 once squared or summed over clients.

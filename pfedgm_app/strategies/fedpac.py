@@ -24,7 +24,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message
 from flwr.common import log
 
-from .. import wire
+from pfedgm_app.protocol import wire
+
 from .contract import arrays_problem
 from .personalized_fedavg import PersonalizedFedAvg
 

@@ -13,7 +13,8 @@ import numpy as np
 from flwr.app import Message
 from flwr.common import log
 
-from .. import wire
+from pfedgm_app.protocol import wire
+
 from .client_errors import error_cause
 from .contract import personalize_row_problem
 
@@ -78,7 +79,7 @@ def collect(
         raise RuntimeError(
             f"personalize round: no client answered ({'; '.join(failures[:3])}). Every "
             f"ClientApp needs a handler for '{message_type}': `@app.{kind}(\"{action}\")` "
-            "returning `pfedgm_app.replies.personalize_reply(msg, {'accuracy': a, "
+            "returning `pfedgm_app.protocol.replies.personalize_reply(msg, {'accuracy': a, "
             "'num-test': n})` with a in [0, 1] (see examples/quickstart-pfedgm/README.md)"
         )
     return summarize(rows, failures)

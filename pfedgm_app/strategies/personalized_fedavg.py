@@ -2,7 +2,7 @@
 
 Import-light (flwr + numpy only): any Flower project can use it with its own models and data.
 Built on Flower's public strategy hooks (`configure_train`, `aggregate_train`); the wire names
-(record keys, message types, metric keys) are those of `pfedgm_app.wire`.
+(record keys, message types, metric keys) are those of `pfedgm_app.protocol.wire`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
-from .. import wire
+from pfedgm_app.protocol import wire
+
 from .admission import ReplyAdmission
 from .contract import arrays_problem
 from .personalization_result import PersonalizationResult, collect

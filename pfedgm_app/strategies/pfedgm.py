@@ -3,9 +3,9 @@ psi = {mu_k, b_k} and the diagonal covariance nu = {A_k}, then the personalize r
 
 Usable by any Flower project with its own torch generator. Requirements on the ArrayRecord:
 the navigator and covariance arrays are named by `navigator_keys` / `covariance_keys`
-(default: `head.mu`, `head.b`, `head.A`, the names of `pfedgm_app.gaussian.GaussianHead`
+(default: `head.mu`, `head.b`, `head.A`, the names of `pfedgm_app.learning.gaussian.GaussianHead`
 mounted as `model.head`); every other array is the generator. The ClientApp trains with the
-losses of `pfedgm_app.gaussian` and answers `train` and `train.personalize` messages.
+losses of `pfedgm_app.learning.gaussian` and answers `train` and `train.personalize` messages.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
-from .. import wire
-from ..readings import BIAS_AVERAGES, COVARIANCE_AVERAGES, check_choice
+from pfedgm_app.protocol import wire
+from pfedgm_app.runconfig.readings import BIAS_AVERAGES, COVARIANCE_AVERAGES, check_choice
 
 # Algorithm 1: "Server updates phi, psi, nu using a weighted average" of the clients' values,
 # without saying in which coordinates b and A are averaged. The readings:

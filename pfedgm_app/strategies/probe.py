@@ -20,7 +20,8 @@ def missing_handler(grid: Grid, node: int, message_type: str, timeout: float) ->
             return (
                 f"the ClientApp of node {node} has no handler for '{message_type}', which the "
                 f'final personalize round sends: add `@app.{category}("{action}")` returning '
-                "`pfedgm_app.replies.personalize_reply(msg, {'accuracy': a, 'num-test': n})` "
+                "`pfedgm_app.protocol.replies.personalize_reply(msg, "
+                "{'accuracy': a, 'num-test': n})` "
                 "(examples/quickstart-pfedgm/README.md)"
             )
     return None

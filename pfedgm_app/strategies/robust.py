@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-from ..config import AGGREGATIONS
+from pfedgm_app.runconfig.common import AGGREGATIONS
 
 Transforms = Mapping[str, tuple[Callable, Callable]]
 

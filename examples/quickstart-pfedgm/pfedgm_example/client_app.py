@@ -4,8 +4,8 @@ import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from pfedgm_app.phases import personalize, train_round
-from pfedgm_app.replies import personalize_reply, received, train_reply
+from pfedgm_app.learning.phases import personalize, train_round
+from pfedgm_app.protocol.replies import personalize_reply, received, train_reply
 from pfedgm_example.task import Net, load_data
 
 app = ClientApp()

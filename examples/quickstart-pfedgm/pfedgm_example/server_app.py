@@ -4,7 +4,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
-from pfedgm_app.run_outputs import RunOutputs
+from pfedgm_app.records.run_outputs import RunOutputs
 from pfedgm_app.strategies import PFedGM
 from pfedgm_example.task import Net
 

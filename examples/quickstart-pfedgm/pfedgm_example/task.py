@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from torchvision.transforms import Compose, Normalize, ToTensor
 
-from pfedgm_app.gaussian import GaussianHead
+from pfedgm_app.learning.gaussian import GaussianHead
 
 NUM_CLASSES, FEATURES = 10, 64
 

@@ -1,0 +1,191 @@
+"""The paper's experiments as named presets: one per cell group of its tables.
+
+`PRESETS` is the one source: `conf/<name>.toml` are written from it (`python -m
+pfedgm_app.runconfig.presets --write`, checked by a test) for `flwr run . --run-config
+conf/<name>.toml`,
+and the run-config key `preset` applies one by name, so a preset combines with key=value
+overrides, which Flower refuses for a TOML file:
+
+    flwr run . --run-config "preset='cifar100-dir01' method='fedpac'" \\
+        --federation-config "num-supernodes=100"
+
+A preset's keys replace the defaults; a key given on the command line with a value other than
+its default wins over the preset (a key set back to its default is indistinguishable from one
+not given, so the preset's value stays). Every preset has an `-offline` variant reading the
+local copies under `<ancestor>/shared/data` (`dataset='shared:<folder>'`); EMNIST's reads real
+EMNIST ByClass (62 classes), of which only the official test split is there (116,323 images:
+about 116 per client at 1000 clients, the paper's about 814; see that folder's README).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .settings import ConfigError
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A run-config (`keys`), the table of the paper it reproduces and its SuperNode count."""
+
+    name: str
+    table: str
+    num_supernodes: int
+    keys: dict[str, Any] = field(default_factory=dict)
+
+    def toml(self) -> str:
+        lines = [
+            f"# {self.table}",
+            f"#   flwr run . --run-config conf/{self.name}.toml "
+            f'--federation-config "num-supernodes={self.num_supernodes}"',
+            "# Written by `python -m pfedgm_app.runconfig.presets --write`: edit "
+            "pfedgm_app/runconfig/presets.py.",
+        ]
+        lines += [f"{key} = {toml_value(value)}" for key, value in self.keys.items()]
+        return "\n".join(lines) + "\n"
+
+
+def toml_value(value: Any) -> str:
+    """A value as it is written in TOML (`pyproject.toml`, `conf/*.toml`, `--run-config`)."""
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value)
+
+
+# hub id, local folder under shared/data, clients, q, batch size (the paper's Experimental setup)
+DATASETS = {
+    "emnist": ("flwrlabs/femnist", "emnist", 1000, 0.03, 16),
+    "cifar10": ("uoft-cs/cifar10", "cifar10", 100, 0.3, 50),
+    "cifar100": ("uoft-cs/cifar100", "cifar100", 100, 0.3, 50),
+    "tinyimagenet": ("zh-plus/tiny-imagenet", "tinyimagenet", 100, 0.3, 50),
+}
+ALPHAS = {"dir01": 0.1, "dir05": 0.5}
+
+
+def _papers() -> list[Preset]:
+    smoke = {"num-server-rounds": 2, "fraction-train": 0.5, "local-epochs": 1, "pool-size": 4000}
+    presets = [Preset("smoke", "A two-minute check that the app works end to end", 4, smoke)]
+
+    def base(data: str, alpha: float, **keys) -> dict[str, Any]:
+        hub, _, _, q, batch = DATASETS[data]
+        common = {"dataset": hub, "dirichlet-alpha": alpha, "fraction-train": q}
+        return {**common, **({"batch-size": batch} if batch != 50 else {}), **keys}
+
+    for data, (_, _, clients, _, _) in DATASETS.items():
+        for tag, alpha in ALPHAS.items():
+            table = f"Table 'standard': {data} Dir({alpha}), {clients} clients"
+            presets.append(Preset(f"{data}-{tag}", table, clients, base(data, alpha)))
+    for data in ("cifar10", "cifar100"):
+        for tag, alpha in ALPHAS.items():
+            for assignment in ("50C", "100C"):
+                name = f"{data}s-{tag}-{assignment.lower()}"
+                table = f"Table 'corruption': {data.upper()}S Dir({alpha}) {assignment}"
+                presets.append(Preset(name, table, 100, base(data, alpha, corruption=assignment)))
+    for data in ("cifar10", "cifar100"):  # q = 0.1 figure; the paper leaves alpha open: 0.5
+        for suffix, extra in (("", {}), ("s", {"corruption": "100C"})):
+            table = f"Figure 'q = 0.1': {data.upper()}{suffix.upper()} Dir(0.5), accuracy per round"
+            keys = base(data, 0.5, **extra, **{"fraction-train": 0.1, "eval-every": 10})
+            presets.append(Preset(f"{data}{suffix}-q01", table, 100, keys))
+    for data in DATASETS:  # 20 clients (EMNIST 200), 2 local epochs
+        moderate = 200 if data == "emnist" else 20
+        for tag, alpha in ALPHAS.items():
+            table = f"Table 'moderate': {data} Dir({alpha}), {moderate} clients, 2 local epochs"
+            keys = base(data, alpha, **{"local-epochs": 2})
+            presets.append(Preset(f"moderate-{data}-{tag}", table, moderate, keys))
+    table = (
+        "Table 'generalize': new clients, CIFAR-10 Dir(0.5); trains on clients 0..44 (q = 0.6), "
+        "evaluates the unseen 45..99 per type"
+    )
+    keys = base("cifar10", 0.5, **{"fraction-train": 0.6, "protocol": "generalization"})
+    presets.append(Preset("generalization", table, 100, keys))
+    return presets + [_offline(p) for p in presets]
+
+
+def _offline(preset: Preset) -> Preset:
+    """The same preset reading `<ancestor>/shared/data/<folder>`."""
+    hub = preset.keys.get("dataset", "uoft-cs/cifar10")
+    folder = next(local for h, local, *_ in DATASETS.values() if h == hub)
+    keys = {**preset.keys, "dataset": f"shared:{folder}"}
+    note = f"offline: shared/data/{folder}"
+    if folder == "emnist" and preset.num_supernodes >= 1000 and keys["dirichlet-alpha"] < 0.5:
+        # 116 images a client on average: no Dir(0.1) draw gives each of 1000 clients 50
+        # training samples (the default floor); 20 leaves the smallest client 22.
+        keys["min-train-samples"] = 20
+        note += ", min-train-samples 20: 116 images per client"
+    name, table = f"{preset.name}-offline", f"{preset.table} ({note})"
+    return Preset(name, table, preset.num_supernodes, keys)
+
+
+PRESETS: dict[str, Preset] = {p.name: p for p in _papers()}
+
+
+def preset_keys(name: str) -> dict[str, Any]:
+    """The keys of preset `name` (a name of `PRESETS`, or the path of a TOML file)."""
+    if name in PRESETS:
+        return dict(PRESETS[name].keys)
+    path = Path(name).expanduser()
+    if name.endswith(".toml") and path.is_file():
+        return tomllib.loads(path.read_text())
+    nearest = difflib.get_close_matches(name, list(PRESETS), n=3)
+    hint = f"did you mean {', '.join(nearest)}?" if nearest else "docs/presets.md lists them"
+    raise ConfigError(
+        f"unknown preset {name!r}: {hint} (a preset's name, or the path of a TOML file; "
+        f"{len(PRESETS)} presets)"
+    )
+
+
+def apply_preset(run_config: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """`run_config` with its `preset`'s keys in place of the keys left at their defaults."""
+    name = run_config.get("preset", "")
+    if not name:
+        return dict(run_config)
+    merged = dict(run_config)
+    for key, value in preset_keys(str(name)).items():
+        if key == "preset":
+            raise ConfigError(f"preset {name!r} names another preset: presets do not nest")
+        if key not in run_config or run_config[key] == defaults.get(key):
+            merged[key] = value
+    return merged
+
+
+def markdown_table() -> str:
+    """The table of docs/presets.md (hub variants; each has an -offline twin)."""
+    rows = ["| preset | reproduces | num-supernodes |", "|---|---|---|"]
+    for p in PRESETS.values():
+        if not p.name.endswith("-offline"):
+            rows.append(f"| `{p.name}` | {p.table} | {p.num_supernodes} |")
+    return "\n".join(rows)
+
+
+def write_conf() -> int:
+    """(Re)write `conf/*.toml` from `PRESETS`, dropping files of presets that are gone; returns
+    how many were written. The presets' table of docs/presets.md is written with the other
+    reference pages (`python -m devtools.reference`)."""
+    for old in CONF_DIR.glob("*.toml"):
+        old.unlink()
+    for preset in PRESETS.values():
+        (CONF_DIR / f"{preset.name}.toml").write_text(preset.toml())
+    return len(PRESETS)
+
+
+def main() -> None:
+    """`python -m pfedgm_app.runconfig.presets --write`: the command the generated files name."""
+    parser = argparse.ArgumentParser(description="Presets: write conf/*.toml from PRESETS")
+    parser.add_argument(
+        "--write", action="store_true", required=True, help=f"(re)write {CONF_DIR}/*.toml"
+    )
+    parser.parse_args()
+    print(f"wrote {write_conf()} presets to {CONF_DIR}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""What a table's cell holds, read from the runs of a results folder (`grid.Run.folder`).
+
+A cell over several seeds: the mean of the seeds' means (each weighted by client test-set size,
+as `summary.json`'s `mean-accuracy`) and the mean of their stds across clients (the paper's
+parenthesis: the spread between clients, not between seeds); the seeds' own spread is in the
+paired differences (`paired.per_seed`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pfedgm_app.protocol import wire
+from pfedgm_app.records.plots import EVAL_MEAN, EVAL_STD
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_app.strategies.personalization_result import accuracy_stats
+
+from .grid import Row
+from .paired import PerClient
+
+
+@dataclass
+class Cell:
+    mean: float
+    std: float
+    seeds: list[int]
+    rounds: int
+    minutes: float  # wall time, training and personalization (the paper's runtime table)
+    seconds_per_round: float  # Phase 1's wall time over its rounds
+    per_client: PerClient = field(repr=False)
+    differences: list[str] = field(default_factory=list)  # from the paper's protocol
+
+
+# What fixes a run's protocol, as config.json records it: (key, the paper's value, words)
+PROTOCOL = (
+    ("num-server-rounds", 200, "rounds"),
+    ("local-epochs", 5, "local epochs"),
+    ("pool-size", 0, "images pooled"),
+)
+
+
+def protocol_differences(config: dict, column: str) -> list[str]:
+    """How the run of `config` (its config.json) departs from the paper's protocol for the
+    preset `column`: clients, rounds, local epochs, pool size; [] when it does not."""
+    from pfedgm_app.runconfig.presets import PRESETS
+
+    found = []
+    preset = PRESETS.get(column)
+    clients = config.get("num-clients")
+    if preset is not None and clients is not None and clients != preset.num_supernodes:
+        found.append(f"{clients} clients (paper {preset.num_supernodes})")
+    for key, paper, words in PROTOCOL:
+        value = config.get(key, paper)
+        if value != paper:
+            shown = "all" if paper == 0 else paper
+            found.append(f"{value:,} {words} (paper {shown})")
+    return found
+
+
+def seed_folders(out: Path, column: str, run: str) -> dict[int, Path]:
+    """{seed: folder} of the finished runs (`summary.json`) of `run` in `column`."""
+    base = out / column / run
+    found = {}
+    for folder in sorted(base.glob("seed*")) if base.is_dir() else []:
+        if RunFolder(folder).finished and folder.name[4:].isdigit():
+            found[int(folder.name[4:])] = folder
+    return found
+
+
+def client_rows(folder: Path, metric: str) -> dict[int, tuple[float, int]]:
+    """{partition-id: (metric in percent, test-set size)} from a run's `clients.csv`; a client
+    without the metric (a failed reply) is left out."""
+    return {
+        int(row[wire.PARTITION_ID]): (row[metric], int(row[wire.NUM_TEST]))
+        for row in RunFolder(folder).read_clients()
+        if metric in row
+    }
+
+
+def read_cell(out: Path, column: str, row: Row) -> Cell | None:
+    """The cell of `row` in `column`, over the seeds found; None when no run has finished."""
+    folders = seed_folders(out, column, row.run)
+    per_client: PerClient = {}
+    means, stds, minutes, per_round, rounds, differences = [], [], [], [], set(), []
+    for seed, folder in folders.items():
+        rows = client_rows(folder, row.metric)
+        if not rows:
+            continue
+        stored = RunFolder(folder)
+        summary = stored.read_summary()
+        if stored.config.exists():  # a run from a kept model: its model's rounds count too
+            config = stored.read_config()
+            budget = int(config.get("num-server-rounds", 0)) + int(summary.get("rounds-before", 0))
+            found = protocol_differences({**config, "num-server-rounds": budget}, column)
+            differences += [d for d in found if d not in differences]
+        mean, std, _ = accuracy_stats([v for v, _ in rows.values()], [w for _, w in rows.values()])
+        means.append(mean), stds.append(std)
+        minutes.append(summary.get("seconds-total", float("nan")) / 60)
+        per_round.append(summary.get("seconds-per-round", float("nan")))
+        rounds.add(int(summary.get("rounds", 0)) + int(summary.get("rounds-before", 0)))
+        per_client.update({(seed, pid): v for pid, v in rows.items()})
+    if not means:
+        return None
+    if len(rounds) > 1:
+        raise ValueError(f"{out / column / row.run} mixes budgets {sorted(rounds)}: one per folder")
+    n = len(means)
+    return Cell(
+        sum(means) / n,
+        sum(stds) / n,
+        sorted(folders),
+        rounds.pop(),
+        sum(minutes) / n,
+        sum(per_round) / n,
+        per_client,
+        differences,
+    )
+
+
+def curve(out: Path, column: str, run: str) -> dict[int, tuple[float, float]]:
+    """{round: (personalized accuracy, std across clients)} over the seeds, from each run's
+    `rounds.jsonl` (its `eval-every` rounds) and `summary.json` (the final round)."""
+    by_round: dict[int, list[tuple[float, float]]] = {}
+    for folder in seed_folders(out, column, run).values():
+        points, stored = {}, RunFolder(folder)
+        for entry in stored.read_rounds():  # none where a run was copied without its rounds
+            if entry.get(EVAL_MEAN) is not None:
+                points[int(entry["round"])] = (entry[EVAL_MEAN], entry.get(EVAL_STD) or 0.0)
+        # the final evaluation, also where `rounds.jsonl` predates holding it
+        summary = stored.read_summary()
+        if summary.get("mean-accuracy") is not None:
+            points[int(summary["rounds"])] = (summary["mean-accuracy"], summary["std-accuracy"])
+        for r, point in points.items():
+            by_round.setdefault(r, []).append(point)
+    return {
+        r: (sum(m for m, _ in v) / len(v), sum(s for _, s in v) / len(v))
+        for r, v in sorted(by_round.items())
+    }
