@@ -34,7 +34,8 @@ from benchmarks import anatomy
 from devtools.deployment import add_executor_options, executor_env, start_deployment
 from devtools.devices import write_devices
 from pfedgm_app.records.run_folder import RunFolder
-from pfedgm_cli.flwr_cli import offline_env, run_app
+from pfedgm_cli.flwr_calls import offline_env
+from pfedgm_cli.flwr_cli import run_app
 from pfedgm_cli.superlink import stop_local_superlink
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -41,7 +41,8 @@ from pfedgm_app.data import ClientData
 from pfedgm_app.methods import METHODS, ClientState, ClientTask
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_app.runconfig.common import RunConfig
-from pfedgm_cli.flwr_cli import offline_env, run_app
+from pfedgm_cli.flwr_calls import offline_env
+from pfedgm_cli.flwr_cli import run_app
 from pfedgm_cli.superlink import stop_local_superlink
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from benchmarks.tree_sampler import TreeSampler
 from pfedgm_app.records.run_folder import RunFolder
-from pfedgm_cli.flwr_cli import offline_env, run_app
+from pfedgm_cli.flwr_calls import offline_env
+from pfedgm_cli.flwr_cli import run_app
 from pfedgm_cli.superlink import stop_local_superlink
 from pfedgm_paper.cli import set_keys
 

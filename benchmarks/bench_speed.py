@@ -46,7 +46,8 @@ from pfedgm_app.learning.models import build_model
 from pfedgm_app.learning.training import make_sgd, run_epochs, supervised_step
 from pfedgm_app.methods import get_method
 from pfedgm_app.records.run_folder import RunFolder
-from pfedgm_cli.flwr_cli import offline_env, run_app
+from pfedgm_cli.flwr_calls import offline_env
+from pfedgm_cli.flwr_cli import run_app
 from pfedgm_cli.superlink import stop_local_superlink
 from pfedgm_paper.cli import set_keys
 

@@ -14,7 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pfedgm_cli.flwr_cli import flwr, flwr_json, free_port
+from pfedgm_cli.flwr_calls import flwr, flwr_json, free_port
 from pfedgm_cli.processes import kill, process_tree
 
 

@@ -1,4 +1,4 @@
-"""`pfedgm`: the app's one command. A thin click layer over plain functions (`check`, `submit`,
+"""`pfedgm`: the app's one command. A thin click layer over plain functions (`check`, `flwr_cli`,
 `default_run`, `predict`, `superlink`, `supernode`), each imported when its command runs, so
 that `pfedgm check` imports neither torch nor flwr. The paper's tables have their own command,
 `pfedgm-paper` (the package `pfedgm_paper`, which builds on this one).
@@ -86,8 +86,7 @@ def run(
     run needs, and is restarted when it was started with another (`default_run.run_env`)."""
     from .default_run import default_run, run_env, superlink_ready
     from .federation_args import connection_problem, federation_config_problems
-    from .flwr_cli import APP_DIR
-    from .submit import failure, follow, outcome, submit, unfinished_runs
+    from .flwr_cli import APP_DIR, failure, follow, outcome, submit, unfinished_runs
     from .superlink import flwr_home
 
     app_dir = (app_dir or APP_DIR).resolve()
@@ -117,7 +116,8 @@ def run(
         sys.exit(1)
     click.echo(f"pfedgm run: run {run_id} submitted")
     try:
-        status = follow(run_id, superlink, env, stream)
+        output_dir = Path(cfg.output_dir) if cfg is not None and cfg.output_dir else None
+        status = follow(run_id, superlink, env, output_dir=output_dir, show_log=stream)
     except KeyboardInterrupt:
         click.echo(f"pfedgm run: run {run_id} goes on; `flwr stop {run_id}` stops it", err=True)
         sys.exit(130)

@@ -1,35 +1,36 @@
-"""Run the app through the real Flower engine from Python: `flwr run`, followed to its end.
+"""Submit a run through the real Flower engine from Python and follow it to its end: the one
+way this project runs an app through `flwr` (`pfedgm run`, the paper's grid, the tests, the
+benchmarks and the deployment trials).
 
-Flower's public CLI only (`flwr run`, `flwr log`, `flwr list`, `flwr stop`, as subprocesses):
-the grid runner (`pfedgm-paper`), the tests and the benchmarks submit runs with `run_app`.
-
-`flwr run` returns as soon as the run is submitted, and `flwr run --stream` exits 0 even when
-the run fails, so `run_app` submits with `--format json`, follows the run's log stream until
-the run is finished, asks `flwr list` for its status, and returns its status, its log and the
+Flower's public CLI only (`flwr run`, `flwr log`, `flwr list`, `flwr stop`, as subprocesses,
+`flwr_calls`). `flwr run` returns as soon as the run is submitted, and `flwr run --stream`
+exits 0 even when the run fails, so a run is submitted with `--format json` (`submit`), its
+log stream followed until the run is finished (`follow`, shown or not), its status asked of
+`flwr list`, and a run that did not complete explained in one line (`failure`: the app's own
+last error line first). `run_app` does all of it and returns the run's status, log and the
 `summary.json` it wrote in its `output-dir` (a fresh temporary folder when the run-config names
 none). Runs go to the simulation engine, or to a named federation of `$FLWR_HOME/config.toml`
 (e.g. real SuperLink and SuperNode processes: `devtools.deployment`).
 
-What `flwr` prints is read, not trusted: an answer that is not JSON, lacks a key or lists no
-run raises nothing here. A SuperLink that was restarted, or lost its database, no longer knows
-the run: `run_app` then returns status `unknown` and one line saying where the run's files are
-and how to resume it.
+A SuperLink that was restarted, or lost its database, no longer knows the run: it ends
+`unknown`, with one line saying where the run's files are and how to resume it.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
-import shutil
-import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pfedgm_app.records.run_folder import RunFolder
+
+from .flwr_calls import flwr, flwr_command, flwr_json, parse_listed
 
 # The project folder (pyproject.toml) when the package runs from a checkout or an editable
 # install; an installed copy has none, and its users name the folder (`app_dir`).
@@ -37,6 +38,7 @@ APP_DIR = Path(__file__).resolve().parents[1]
 # A run's status when `flwr list` does not know it; said so after this many answers in a row,
 # as one may fail while a SuperLink restarts.
 UNKNOWN, UNKNOWN_ANSWERS = "unknown", 3
+APP_LINE = "pFedGM app:"  # the app's log lines; a failed run's cause is its last ERROR one
 
 
 @dataclass
@@ -56,27 +58,12 @@ class FlowerRun:
     wall_seconds: float = 0.0
     """From submitting to the end, including the SuperLink's start."""
     details: str = ""
-    """Why a run that did not complete ended: the SuperLink's `status-details`, or one line."""
+    """Why a run that did not complete ended, in one line (`failure`, `unknown_run`)."""
 
     @property
     def ok(self) -> bool:
         """The run completed (a failed run exits `flwr run` with 0 too)."""
         return self.status == "finished:completed"
-
-
-def offline_env(flwr_home: Path, base: dict[str, str] | None = None) -> dict[str, str]:
-    """An environment (`base`, else this process's) for offline runs in `flwr_home`, on free
-    local ports: no dependency installation, no telemetry, `HF_HUB_OFFLINE=1` unless set."""
-    env = dict(os.environ if base is None else base)
-    env.update(
-        FLWR_HOME=str(flwr_home),
-        FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
-        FLWR_TELEMETRY_ENABLED="0",
-        HF_HUB_OFFLINE=env.get("HF_HUB_OFFLINE", "1"),
-    )
-    env.setdefault("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", str(free_port()))
-    env.setdefault("FLWR_LOCAL_CONTROL_API_PORT", str(free_port()))
-    return env
 
 
 def run_config_arg(run_config: dict[str, Any]) -> str:
@@ -115,26 +102,41 @@ def run_app(
     if not run_config.get("output-dir"):
         run_config = {**run_config, "output-dir": tempfile.mkdtemp(prefix="pfedgm-run-")}
     output_dir = Path(run_config["output-dir"]).resolve()
-    cmd = ["run", str(app_dir)]
+    simulation = []
     if federation is None:
         sim = f"num-supernodes={num_supernodes} client-resources-num-cpus={cpus_per_client}"
         if gpus_per_client:  # several ClientApps share a GPU: 1 / gpus_per_client at a time
             sim += f" client-resources-num-gpus={gpus_per_client}"
-        cmd += ["--federation-config", sim]
-    else:
-        cmd += [federation]
-    cmd += ["--run-config", run_config_arg(run_config), "--format", "json"]
-    run_id = submitted_run(flwr(cmd, env, check=False, timeout=300))
-    link = [] if federation is None else [federation]  # where `flwr list/log/stop` must look
-    status = _wait(run_id, env, started + timeout, link, output_dir)
-    log = flwr(["log", run_id, *link, "--show"], env, check=False).stdout
+        simulation = [sim]
+    run_id = submit(app_dir, [run_config_arg(run_config)], simulation, federation, env)
+    status = follow(run_id, federation, env, deadline=started + timeout, output_dir=output_dir)
+    log = flwr(["log", run_id, *_link(federation), "--show"], env, check=False).stdout
     folder = RunFolder(output_dir)
     summary = folder.read_summary() if folder.finished else {}
     if status == UNKNOWN:
         details = unknown_run(run_id, output_dir)
     else:
-        details = "" if status == "finished:completed" else _details(run_id, link, env)
+        details = "" if status == "finished:completed" else failure(run_id, federation, env, log)
     return FlowerRun(run_id, status, log, output_dir, summary, time.time() - started, details)
+
+
+def submit(
+    app_dir: Path,
+    run_config: Sequence[str],
+    federation_config: Sequence[str],
+    federation: str | None,
+    env: dict[str, str],
+) -> str:
+    """Submit the app in `app_dir` with each `--run-config` and `--federation-config` value as
+    given, to `federation` (a connection of `$FLWR_HOME/config.toml`; None: the local
+    simulation); return the run id. RuntimeError with Flower's reason when it was not
+    submitted."""
+    cmd = ["run", str(app_dir), *_link(federation)]
+    for value in run_config:
+        cmd += ["--run-config", value]
+    for value in federation_config:
+        cmd += ["--federation-config", value]
+    return submitted_run(flwr([*cmd, "--format", "json"], env, check=False, timeout=300))
 
 
 def submitted_run(out: subprocess.CompletedProcess) -> str:
@@ -150,6 +152,52 @@ def submitted_run(out: subprocess.CompletedProcess) -> str:
     raise RuntimeError(f"flwr run did not submit the run: {why}")
 
 
+def follow(
+    run_id: str,
+    federation: str | None,
+    env: dict[str, str],
+    deadline: float = math.inf,
+    output_dir: Path | None = None,
+    show_log: bool = False,
+) -> str:
+    """Wait until the run is finished, or stop it at `deadline`; return its status.
+
+    Each `flwr list` is a new Python process, about 1 s of CPU: every 10 s that is 5% of a
+    2-core machine taken from the run being measured. So the wait follows the run's log
+    stream (`flwr log RUN_ID`, printed here when `show_log`), one process that sleeps until
+    the SuperLink ends the stream when the run finishes (the SuperLink looks every 0.5 s),
+    and asks `flwr list` for the status then. A run that fails before its first round is seen
+    within a second. Should the stream end while the run goes on (a dropped connection), the
+    wait polls (`_poll`), watching the run's `output_dir` where it is known.
+    """
+    shown = None if show_log else subprocess.DEVNULL
+    stream = subprocess.Popen(
+        [flwr_command(), "log", run_id, *_link(federation)],
+        env=env, stdin=subprocess.DEVNULL, stdout=shown, stderr=shown,
+    )  # fmt: skip
+    try:
+        stream.wait(timeout=None if deadline == math.inf else max(deadline - time.time(), 0.0))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        stream.kill()  # a no-op once it has ended
+        stream.wait()
+    return _poll(run_id, env, deadline, _link(federation), output_dir)
+
+
+def failure(run_id: str, federation: str | None, env: dict[str, str], log: str = "") -> str:
+    """Why a run did not complete, in one line: the app's last error line in its `log`
+    (fetched when not given), else the SuperLink's `status-details` (an expired run, an
+    exception outside the app), else where to look."""
+    link = _link(federation)
+    log = log or flwr(["log", run_id, *link, "--show"], env, check=False).stdout
+    errors = [line for line in log.splitlines() if APP_LINE in line and "ERROR" in line]
+    if errors:
+        return errors[-1][errors[-1].index(APP_LINE) :].strip()
+    details = _listed(run_id, link, env).get("status-details", "")
+    return details if details and isinstance(details, str) else f"see flwr log {run_id} --show"
+
+
 def unknown_run(run_id: str, output_dir: Path) -> str:
     """Why a run has status `UNKNOWN`, and what to do, in one line."""
     why = f"run {run_id} is unknown to this SuperLink (it was restarted, or lost its database)"
@@ -161,26 +209,33 @@ def unknown_run(run_id: str, output_dir: Path) -> str:
     )
 
 
-def flwr_json(stdout: str) -> dict:
-    """The JSON object a `flwr ... --format json` printed, after any progress line it prints
-    first; {} when there is none, so that a SuperLink's odd answer is a missing key, not a crash.
-    """
-    try:
-        answer = json.loads(stdout[stdout.index("{") :])
-    except (ValueError, RecursionError):
-        return {}
-    return answer if isinstance(answer, dict) else {}
-
-
-def parse_listed(stdout: str, run_id: str) -> dict:
-    """The run `run_id` in what `flwr list --run-id RUN_ID --format json` printed: `status`,
-    `status-details`, ...; {} when the answer does not hold it (no JSON, `success` false, no
-    `runs`, another run), as from a SuperLink that does not know the run."""
-    runs = flwr_json(stdout).get("runs")
+def unfinished_runs(env: dict[str, str]) -> list[str]:
+    """The runs of the local SuperLink of `env` that have not finished, as "run ID (status)";
+    [] when it answers nothing readable."""
+    listed = flwr(["list", "--format", "json"], env, check=False, timeout=60).stdout
+    runs = flwr_json(listed).get("runs")
     if not isinstance(runs, list):
-        return {}
-    mine = [r for r in runs if isinstance(r, dict) and str(r.get("run-id", run_id)) == run_id]
-    return mine[0] if mine and isinstance(mine[0].get("status"), str) else {}
+        return []
+    return [
+        f"run {r.get('run-id')} ({r.get('status')})"
+        for r in runs
+        if isinstance(r, dict) and not str(r.get("status", "")).startswith("finished")
+    ]
+
+
+def outcome(output_dir: Path) -> str:
+    """A completed run's result and where its files are, in one line (from its summary)."""
+    try:
+        summary = RunFolder(output_dir).read_summary()
+        if summary["mean-accuracy"] is None:
+            return f"no client could be evaluated (see clients.csv); its files: {output_dir}"
+        result = (
+            f"personalized accuracy {summary['mean-accuracy']:.2f} % (std "
+            f"{summary['std-accuracy']:.2f}) over {summary['num-clients-evaluated']} clients"
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        result = "no readable summary.json"
+    return f"{result}; its files: {output_dir}"
 
 
 def _listed(run_id: str, link: list[str], env: dict[str, str]) -> dict:
@@ -189,51 +244,13 @@ def _listed(run_id: str, link: list[str], env: dict[str, str]) -> dict:
     return parse_listed(flwr(cmd, env, check=False).stdout, run_id)
 
 
-def _details(run_id: str, link: list[str], env: dict[str, str]) -> str:
-    """Why the SuperLink ended a run (e.g. an expired run, an exception outside the app),
-    which its log does not always say."""
-    details = _listed(run_id, link, env).get("status-details", "")
-    return details if isinstance(details, str) else ""
-
-
-def _wait(
-    run_id: str, env: dict[str, str], deadline: float, link: list[str], output_dir: Path
-) -> str:
-    """Wait until the run is finished; return its status.
-
-    Each `flwr list` is a new Python process, about 1 s of CPU: every 10 s that is 5% of a
-    2-core machine taken from the run being measured. So the wait follows the run's log
-    stream (`flwr log RUN_ID`), one process that sleeps until the SuperLink ends the stream
-    when the run finishes (the SuperLink looks every 0.5 s), and asks `flwr list` for the
-    status then. A run that fails before its first round is seen within a second, not at the
-    next of a growing series of polls. Should the stream end while the run goes on (a dropped
-    connection), the wait polls as `_poll` does, until the deadline.
-    """
-    stream = _follow(run_id, link, env)
-    try:
-        stream.wait(timeout=max(deadline - time.time(), 0.0))
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        stream.kill()  # a no-op once it has ended
-        stream.wait()
-    return _poll(run_id, env, deadline, link, output_dir)
-
-
-def _follow(run_id: str, link: list[str], env: dict[str, str]) -> subprocess.Popen:
-    """`flwr log RUN_ID`: a process that ends when the run does (its output is not needed:
-    `run_app` fetches the whole log afterwards)."""
-    return subprocess.Popen(
-        [flwr_command(), "log", run_id, *link],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def _link(federation: str | None) -> list[str]:
+    """Where `flwr run/list/log/stop` must look: the named federation, or the local one."""
+    return [federation] if federation else []
 
 
 def _poll(
-    run_id: str, env: dict[str, str], deadline: float, link: list[str], output_dir: Path
+    run_id: str, env: dict[str, str], deadline: float, link: list[str], output_dir: Path | None
 ) -> str:
     """Poll `flwr list` until the run is finished, or stop it at the deadline.
 
@@ -245,11 +262,12 @@ def _poll(
     `UNKNOWN_ANSWERS` answers in a row is `UNKNOWN`.
     """
     pause, next_list, seen, unknown = 1.0, time.time(), 0.0, 0
-    folder = RunFolder(output_dir)
+    folder = RunFolder(output_dir) if output_dir else None
     while True:
-        if (written := _last_write(output_dir)) > seen:  # alive: ask later
+        if output_dir and (written := _last_write(output_dir)) > seen:  # alive: ask later
             seen, next_list = written, max(next_list, time.time() + pause)
-        if time.time() >= next_list or time.time() > deadline or folder.finished:
+        finished = folder is not None and folder.finished
+        if time.time() >= next_list or time.time() > deadline or finished:
             status = _listed(run_id, link, env).get("status", "")
             unknown = 0 if status else unknown + 1
             if unknown >= UNKNOWN_ANSWERS:
@@ -269,32 +287,3 @@ def _last_write(folder: Path) -> float:
         return max((e.stat().st_mtime for e in os.scandir(folder) if e.is_file()), default=0.0)
     except OSError:
         return 0.0
-
-
-def flwr_command() -> str:
-    """The `flwr` executable on PATH (Flower's own commands, e.g. `flower-superlink`, are
-    looked up there too, so an environment that is not activated is refused here)."""
-    if found := shutil.which("flwr"):
-        return found
-    raise ValueError(
-        "flwr: no such command on PATH; activate the environment the app is installed in "
-        "(pip install -e .), or use --engine inprocess"
-    )
-
-
-def flwr(
-    args: list[str], env: dict[str, str], check: bool = True, timeout: float | None = None
-) -> subprocess.CompletedProcess:
-    """`flwr ARGS...` in `env`, its output captured as text (`check`: raise on a non-zero
-    exit)."""
-    cmd = [flwr_command(), *args]
-    return subprocess.run(
-        cmd, env=env, capture_output=True, text=True, check=check, timeout=timeout
-    )
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that is free now (for a managed SuperLink of its own)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

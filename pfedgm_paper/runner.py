@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pfedgm_app.records.run_folder import RunFolder
-from pfedgm_cli.flwr_cli import APP_DIR, flwr_command, run_app
+from pfedgm_cli.flwr_calls import flwr_command
+from pfedgm_cli.flwr_cli import APP_DIR, run_app
 
 from .grid import Run, run_config, supernodes
 

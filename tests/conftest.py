@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pfedgm_cli.flwr_cli import offline_env
+from pfedgm_cli.flwr_calls import offline_env
 from pfedgm_cli.superlink import stop_local_superlink
 from pfedgm_engine.inprocess import run_identity
 

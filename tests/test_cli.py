@@ -18,7 +18,7 @@ from pfedgm_app.methods import METHODS, run_config_keys
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_app.runconfig import method_settings
 from pfedgm_app.runconfig.presets import PRESETS
-from pfedgm_cli import submit
+from pfedgm_cli import flwr_cli
 from pfedgm_cli.check import check, read_run_config
 from pfedgm_cli.commands import main
 from pfedgm_cli.flwr_cli import APP_DIR
@@ -190,8 +190,8 @@ def flower(monkeypatch, tmp_path) -> FakeFlower:
     """A fake `flwr`, and an FLWR_HOME of the test's own: no SuperLink of the user's is seen."""
     monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
     fake = FakeFlower()
-    monkeypatch.setattr(submit, "flwr", fake)
-    monkeypatch.setattr(submit, "flwr_command", lambda: "true")  # `flwr log` ends at once
+    monkeypatch.setattr(flwr_cli, "flwr", fake)
+    monkeypatch.setattr(flwr_cli, "flwr_command", lambda: "true")  # `flwr log` ends at once
     return fake
 
 
@@ -215,7 +215,7 @@ def test_run_submits_the_options_as_given_and_exits_0_when_the_run_completed(flo
     (tmp_path / "out" / "summary.json").write_text(json.dumps(summary))
     result = pfedgm("run", "-c", f"preset='smoke' output-dir='{tmp_path / 'out2'}'")
     assert "pfedgm run: run 7 finished:completed" in result.output
-    outcome = submit.outcome(tmp_path / "out")
+    outcome = flwr_cli.outcome(tmp_path / "out")
     assert (
         outcome
         == f"personalized accuracy 61.50 % (std 7.25) over 4 clients; its files: {tmp_path / 'out'}"

@@ -23,7 +23,8 @@ from devtools.reference.privacy import leaves_device_block, privacy_page
 from pfedgm_app.methods import METHODS
 from pfedgm_app.protocol import wire
 from pfedgm_app.records.run_folder import RunFolder
-from pfedgm_cli.flwr_cli import flwr_json, offline_env, run_app
+from pfedgm_cli.flwr_calls import flwr_json, offline_env
+from pfedgm_cli.flwr_cli import run_app
 from pfedgm_cli.superlink import stop_local_superlink
 
 ROOT = Path(__file__).resolve().parents[1]

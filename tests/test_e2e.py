@@ -18,7 +18,8 @@ from pfedgm_app.data import Protocol, client_indices
 from pfedgm_app.learning import diagnostics
 from pfedgm_app.records.initial_model import load_state
 from pfedgm_app.records.run_folder import RunFolder
-from pfedgm_cli.flwr_cli import offline_env, run_app
+from pfedgm_cli.flwr_calls import offline_env
+from pfedgm_cli.flwr_cli import run_app
 from pfedgm_cli.superlink import stop_local_superlink
 
 pytestmark = pytest.mark.e2e

@@ -15,7 +15,7 @@ from pfedgm_cli.federation_args import (
     connection_problem,
     federation_config_problems,
 )
-from pfedgm_cli.flwr_cli import flwr_command
+from pfedgm_cli.flwr_calls import flwr_command
 
 
 def test_a_misspelt_federation_config_key_is_named_as_given_with_the_nearest():

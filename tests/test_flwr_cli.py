@@ -13,7 +13,8 @@ import pytest
 
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_cli import flwr_cli
-from pfedgm_cli.flwr_cli import flwr_json, parse_listed, run_app
+from pfedgm_cli.flwr_calls import flwr_json, parse_listed
+from pfedgm_cli.flwr_cli import run_app
 
 SUBMITTED = '{"success": true, "run-id": 4217}'
 # `flwr list --run-id 4217 --format json` (Flower 1.42; after its progress line, pretty-printed)
@@ -64,12 +65,12 @@ class RecordedFlwr:
     """Stands in for the `flwr` CLI: `run` prints `submitted`, `list` the next of `listed` (the
     last one again once they are used up), `log` and `stop` nothing."""
 
-    def __init__(self, listed: list[str], submitted: str = SUBMITTED):
-        self.listed, self.submitted, self.calls = list(listed), submitted, []
+    def __init__(self, listed: list[str], submitted: str = SUBMITTED, log: str = ""):
+        self.listed, self.submitted, self.log, self.calls = list(listed), submitted, log, []
 
     def __call__(self, args, env, check=True, timeout=None):
         self.calls.append(args[0])
-        out = {"run": self.submitted, "list": self.listed[0]}.get(args[0], "")
+        out = {"run": self.submitted, "list": self.listed[0], "log": self.log}.get(args[0], "")
         if args[0] == "list" and len(self.listed) > 1:
             self.listed.pop(0)
         return subprocess.CompletedProcess(args, 0, stdout=out, stderr="")
@@ -77,10 +78,10 @@ class RecordedFlwr:
 
 @pytest.fixture
 def recorded(monkeypatch):
-    def install(listed, submitted=SUBMITTED):
-        fake = RecordedFlwr(listed, submitted)
+    def install(listed, submitted=SUBMITTED, log=""):
+        fake = RecordedFlwr(listed, submitted, log)
         monkeypatch.setattr(flwr_cli, "flwr", fake)
-        monkeypatch.setattr(flwr_cli, "_follow", lambda *_: subprocess.Popen(["true"]))
+        monkeypatch.setattr(flwr_cli, "flwr_command", lambda: "true")  # `flwr log` ends at once
         return fake
 
     return install
@@ -140,6 +141,29 @@ def test_a_listing_that_fails_once_while_the_superlink_restarts_is_asked_again(r
     run = run_app({"output-dir": str(tmp_path)}, 2, {})
     assert (run.status, run.ok, run.details) == ("finished:completed", True, "")
     assert fake.calls.count("list") == 2
+
+
+FAILED = LISTED.replace('"finished:completed"', '"finished:failed"').replace(
+    '"status-details": ""', '"status-details": "ServerApp exited"'
+)
+APP_ERROR = (
+    "INFO :      [ROUND 1/2]\n"
+    "ERROR :     pFedGM app: client 3: ValueError: a round's model holds NaN\n"
+    "ERROR :     pFedGM app: no round could aggregate a reply; the first cause: client 3\n"
+    "ERROR :     Exit Code: 600\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("log", "why"),
+    [(APP_ERROR, "pFedGM app: no round could aggregate a reply; the first cause: client 3"),
+     ("INFO : [ROUND 1/2]\n", "ServerApp exited")],
+    ids=["the app said why", "the SuperLink said why"],
+)  # fmt: skip
+def test_a_failed_run_says_why_in_one_line_the_apps_own_first(recorded, tmp_path, log, why):
+    recorded([FAILED], log=log)
+    run = run_app({"output-dir": str(tmp_path)}, 2, {})
+    assert (run.status, run.ok, run.details) == ("finished:failed", False, why)
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from pfedgm_cli.flwr_cli import free_port, offline_env, run_app
+from pfedgm_cli.flwr_calls import free_port, offline_env
+from pfedgm_cli.flwr_cli import run_app
 from pfedgm_cli.superlink import stop_local_superlink
 
 pytestmark = pytest.mark.e2e

@@ -25,7 +25,8 @@ from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_app.runconfig.common import RunConfig
 from pfedgm_app.runconfig.settings import ConfigError
 from pfedgm_app.strategies import FedPAC
-from pfedgm_cli.flwr_cli import flwr_json, run_app
+from pfedgm_cli.flwr_calls import flwr_json
+from pfedgm_cli.flwr_cli import run_app
 from pfedgm_engine.inprocess import RunStopped, run_inprocess
 
 RUN = {"num-server-rounds": 4, "local-epochs": 1, "pool-size": 1500, "fraction-train": 0.5,

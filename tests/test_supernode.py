@@ -20,7 +20,7 @@ from devtools.deployment import start_deployment
 from pfedgm_cli import processes
 from pfedgm_cli import supernode as supernode_module
 from pfedgm_cli.commands import main
-from pfedgm_cli.flwr_cli import offline_env
+from pfedgm_cli.flwr_calls import offline_env
 from pfedgm_cli.processes import alive, process_tree
 from pfedgm_cli.superlink import stop_local_superlink
 from pfedgm_cli.supernode import select, supernode_tree, supernodes
