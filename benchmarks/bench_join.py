@@ -38,7 +38,8 @@ from devtools.deployment import add_executor_options, executor_env, start_deploy
 from devtools.devices import write_devices
 from pfedgm_app.client import personal_model, predict
 from pfedgm_app.data import ClientData
-from pfedgm_app.methods import METHODS, ClientState, ClientTask
+from pfedgm_app.methods import METHODS
+from pfedgm_app.methods.base import ClientState, ClientTask
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_app.runconfig.common import RunConfig
 from pfedgm_cli.flwr_calls import offline_env

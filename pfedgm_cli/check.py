@@ -1,7 +1,8 @@
 """`pfedgm check`: a run-config checked on this machine, before any simulation: its keys
 against the app's (a misspelt one named with the nearest valid key), then the parse every run
-does first (types, bounds, presets: `method_settings.parse`), then what the parse cannot see
-from here: a local dataset path that does not exist, an `output-dir` a run would refuse.
+does first (types, bounds, presets: the registry's `methods.parse_run_config`, torch-free), then
+what the parse cannot see from here: a local dataset path that does not exist, an `output-dir`
+a run would refuse.
 
 Without torch or flwr (seconds of imports on a small machine), so it answers in a fraction of
 a second. The app repeats every check where it runs; this one only answers sooner.
@@ -17,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pfedgm_app.methods import parse_run_config, run_config_keys
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_app.runconfig.common import RunConfig
-from pfedgm_app.runconfig.method_settings import parse, run_config_keys
 from pfedgm_app.runconfig.settings import ConfigError
 from pfedgm_app.runconfig.shared_data import shared_parquet
 
@@ -81,7 +82,7 @@ def check(run_config: Mapping[str, Any]) -> tuple[list[str], RunConfig | None]:
     known = run_config_keys()
     found = [unknown_key(key, known) for key in run_config if key not in known]
     try:
-        cfg, _ = parse({k: v for k, v in run_config.items() if k in known})
+        cfg, _, _ = parse_run_config({k: v for k, v in run_config.items() if k in known})
     except ConfigError as exc:
         return [*found, str(exc)], None
     return [*found, *dataset_problems(cfg.dataset), *output_dir_problems(cfg)], cfg

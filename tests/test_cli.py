@@ -5,19 +5,18 @@ own entry points do."""
 
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from pfedgm_app.methods import METHODS, run_config_keys
+from pfedgm_app.methods import METHODS
+from pfedgm_app.methods.base import ClientPlugin
 from pfedgm_app.records.run_folder import RunFolder
-from pfedgm_app.runconfig import method_settings
 from pfedgm_app.runconfig.presets import PRESETS
+from pfedgm_app.strategies import PersonalizedFedAvg
 from pfedgm_cli import flwr_cli
 from pfedgm_cli.check import check, read_run_config
 from pfedgm_cli.commands import main
@@ -133,12 +132,12 @@ def test_check_says_every_independent_problem_in_its_own_line(tmp_path):
     ]
 
 
-def test_the_check_knows_what_the_registry_and_the_code_know():
-    """`pfedgm check` reads no method module (torch): its table of methods and settings is
-    the registry's."""
-    registered = [(name, method.settings) for name, method in METHODS.items()]
-    assert list(method_settings.SETTINGS.items()) == registered, "update SETTINGS"
-    assert method_settings.run_config_keys() == run_config_keys()
+def test_every_method_of_the_registry_resolves_to_a_plugin_and_a_strategy():
+    """The registry names plug-ins and strategies as strings (it stays torch-free: the test
+    below); each name resolves to a class of the app."""
+    for method in METHODS.values():
+        assert issubclass(method.plugin_class(), ClientPlugin), method.name
+        assert issubclass(method.strategy_class(), PersonalizedFedAvg), method.name
 
 
 def test_check_imports_neither_torch_nor_flwr():
@@ -156,21 +155,9 @@ def test_check_imports_neither_torch_nor_flwr():
     assert out.stdout.splitlines() == [ok, "[]"]
 
 
-def test_the_settings_module_imports_nothing_of_the_methods():
-    # the methods import their settings from it: an import back (even for a type) is a cycle,
-    # and method logic in the module `check` imports without torch
-    tree = ast.parse(Path(method_settings.__file__).read_text())
-    imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-    for node in ast.walk(tree):  # `from .methods.base import X`, `from . import methods`
-        if isinstance(node, ast.ImportFrom):
-            base = "." * node.level + (node.module or "")
-            imported += [base] + [f"{base}.{a.name}" for a in node.names]
-    assert [m for m in imported if "methods" in m.split(".")] == []
-
-
 class FakeFlower:
-    """Stands in for the `flwr` CLI (`pfedgm_cli.flwr_cli.flwr`): `run` submits run 7, `list` says
-    `status`, `log --show` prints `log`; every call is recorded."""
+    """Stands in for the `flwr` CLI (`pfedgm_cli.flwr_cli.flwr`): `run` submits run 7, `list`
+    says `status`, `log --show` prints `log`; every call is recorded."""
 
     def __init__(self, status: str = "finished:completed", log: str = "") -> None:
         self.status, self.log, self.calls = status, log, []

@@ -19,7 +19,8 @@ from pfedgm_app.learning.gaussian import (
     shared_objective,
     update_prototypes_,
 )
-from pfedgm_app.methods import METHODS, ClientState, ClientTask, get_method
+from pfedgm_app.methods import METHODS, get_method
+from pfedgm_app.methods.base import ClientState, ClientTask
 from pfedgm_app.runconfig.common import RunConfig
 from pfedgm_cli.flwr_cli import run_app
 from pfedgm_engine.inprocess import run_inprocess

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from pfedgm_app.data import ClientData
-from pfedgm_app.methods import ClientPlugin, ClientState, ClientTask, get_method
-from pfedgm_app.methods.base import KEPT
+from pfedgm_app.methods import get_method
+from pfedgm_app.methods.base import KEPT, ClientPlugin, ClientState, ClientTask
 from pfedgm_app.runconfig.common import RunConfig
 
 SHAPE, K = (3, 32, 32), 4

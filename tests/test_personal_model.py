@@ -21,14 +21,8 @@ from pfedgm_app.client import node, personal_model, predict
 from pfedgm_app.client.personal_model import ModelFileError
 from pfedgm_app.data import ClientData, Protocol, load_client_data, to_tensor
 from pfedgm_app.learning.training import accuracy
-from pfedgm_app.methods import (
-    METHODS,
-    ClientState,
-    ClientTask,
-    get_method,
-    parse_run_config,
-    run_config_keys,
-)
+from pfedgm_app.methods import METHODS, get_method, parse_run_config, run_config_keys
+from pfedgm_app.methods.base import ClientState, ClientTask
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_app.runconfig.common import RunConfig
 from pfedgm_app.server.federation import unavailable

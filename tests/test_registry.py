@@ -1,11 +1,12 @@
-"""The recipe of docs/methods.md ("Adding a method"), followed for a toy method: declared once in
-its module (plug-in, `Method` with its label, `Settings` with bounds and meanings) and put in
-the registry, it is known everywhere (run-config parsing, the reference pages, the paper's
+"""The recipe of docs/methods.md ("Adding a method"), followed for a toy method: a plug-in in its
+module, `Settings` with bounds and meanings, and one `Method` with its label in the registry,
+it is known everywhere (run-config parsing, the reference pages, the paper's
 rows) and runs through the real ServerApp and ClientApp. pyproject.toml's keys are Flower's
 concern: the in-process driver takes the registry's."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -14,15 +15,8 @@ from devtools.reference.registry_pages import pages
 from devtools.same_numbers import TINY
 from pfedgm_app.learning.models import Model
 from pfedgm_app.learning.training import supervised_step
-from pfedgm_app.methods import (
-    METHODS,
-    ClientPlugin,
-    ClientTask,
-    Method,
-    Reply,
-    parse_run_config,
-    run_config_keys,
-)
+from pfedgm_app.methods import METHODS, Method, markdown_table, parse_run_config, run_config_keys
+from pfedgm_app.methods.base import ClientPlugin, ClientTask, Reply
 from pfedgm_app.runconfig.settings import ConfigError, Settings, at_least
 from pfedgm_engine.inprocess import run_inprocess
 from pfedgm_paper.grid import method_row
@@ -68,10 +62,19 @@ def test_a_registered_method_is_parsed_documented_and_labelled(toy):
         in (written["run-config.md"])
     )
     assert (
-        "| `toy` | generator, head | `PersonalizedFedAvg` | FedAvg, its local epochs"
-        in (written["methods.md"])
+        "| `toy` | generator, head | `PersonalizedFedAvg` | FedAvg, its local epochs "
+        "`toy-epochs` (1) |" in (written["methods.md"])
     )
     assert method_row("toy").label == "Toy"
+
+
+def test_a_summary_names_keys_and_their_defaults_come_from_the_registry():
+    """No summary types a default after a key: the method table adds each from the registry,
+    so a changed default cannot leave a stale number behind."""
+    for method in METHODS.values():
+        assert not re.search(r"`[\w-]+`,? \(?[\d.]+\)?", method.summary), method.name
+    fedpac = next(line for line in markdown_table().splitlines() if line.startswith("| `fedpac`"))
+    assert "`fedpac-head-learning-rate` (0.1)" in fedpac and "`local-epochs` (5)" in fedpac
 
 
 @pytest.mark.slow

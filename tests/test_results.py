@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, MetricRecord
 
-from pfedgm_app.methods.base import NoSettings
 from pfedgm_app.records import checkpoint
 from pfedgm_app.records.plots import EVAL_MEAN, EVAL_STD
 from pfedgm_app.records.results import ELAPSED, RunWriter, accuracy_by_type
 from pfedgm_app.records.run_folder import FORMAT_VERSION, SUMMARY_V1, VERSION, RunFolder
 from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.runconfig.method_settings import NoSettings
 from pfedgm_app.runconfig.settings import ConfigError
 from pfedgm_app.strategies import summarize
 

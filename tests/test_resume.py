@@ -16,13 +16,13 @@ import torch
 from flwr.app import Array, ArrayRecord
 
 from pfedgm_app.methods import METHODS
-from pfedgm_app.methods.pfedgm import PFedGMSettings
 from pfedgm_app.records import checkpoint
 from pfedgm_app.records.checkpoint import FolderLock
 from pfedgm_app.records.initial_model import load_state
 from pfedgm_app.records.results import RunWriter
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.runconfig.method_settings import PFedGMSettings
 from pfedgm_app.runconfig.settings import ConfigError
 from pfedgm_app.strategies import FedPAC
 from pfedgm_cli.flwr_calls import flwr_json
@@ -223,7 +223,7 @@ def test_every_strategys_state_round_trips_through_a_checkpoint_exactly(tmp_path
     of their own dtypes) comes back from `checkpoint.pt` as it went in, and a strategy loaded
     from it samples on as the saved one does."""
     ranks = {11: 0, 22: 1}
-    for cls in {m.strategy for m in METHODS.values()}:
+    for cls in {m.strategy_class() for m in METHODS.values()}:
         saved = cls(node_partitions=ranks, seed=3)
         saved.rng.random()
         if isinstance(saved, FedPAC):

@@ -176,13 +176,14 @@ Four files, edited by hand; everything else comes from the registry:
    model parts it `sends`, override `train` or `personalize`; FedPer in `split.py` is one line,
    `sends = ("generator",)`, under its docstring; `personalize` returns `Personalized`, the
    metrics and the model they are of, which the device keeps: a head of a class no method used
-   before declares its kind in `HEADS` of `pfedgm_app/client/personal_model.py`), and one
-   `Method(name, label, plug-in, summary, strategy=..., settings=...)`, `label` being the
-   paper's name for it.
-2. `pfedgm_app/runconfig/method_settings.py`: its `Settings` dataclass of its own keys, if any (each
-   field with its bound and its meaning: `at_least`, `above` or `setting`, with `doc=`), and
-   its line in `SETTINGS`, so that `pfedgm check` knows its keys without importing torch.
-3. `pfedgm_app/methods/__init__.py`: the method in `REGISTERED`, in the paper's table order.
+   before declares its kind in `HEADS` of `pfedgm_app/client/personal_model.py`).
+2. `pfedgm_app/runconfig/method_settings.py`: its `Settings` dataclass of its own keys, if any
+   (each field with its bound and its meaning: `at_least`, `above` or `setting`, with `doc=`).
+3. `pfedgm_app/methods/__init__.py`: its `Method(name, label, "module:Plugin", summary,
+   strategy=..., settings=...)` in `REGISTERED`, in the paper's table order; `label` is the
+   paper's name for it, and the summary names its keys in backquotes (this page adds their
+   defaults). The plug-in and the strategy are named as strings, imported when first used, so
+   that `pfedgm check` parses a run-config without torch.
 4. `pyproject.toml`: its keys with their defaults in `[tool.flwr.app.config]` (Flower refuses
    a key it does not declare).
 

@@ -32,7 +32,8 @@ from pfedgm_app.data import (
 )
 from pfedgm_app.learning.models import Model
 from pfedgm_app.learning.training import keep_freed_memory, pick_device, set_threads
-from pfedgm_app.methods import ClientPlugin, ClientState, ClientTask, Personalized, parse_run_config
+from pfedgm_app.methods import parse_run_config
+from pfedgm_app.methods.base import ClientPlugin, ClientState, ClientTask, Personalized
 from pfedgm_app.protocol import wire
 from pfedgm_app.protocol.replies import received
 from pfedgm_app.records.run_folder import RunFolder

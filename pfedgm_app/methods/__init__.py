@@ -1,46 +1,139 @@
-"""The method registry: every method is declared once, in its own module, as a `Method` (its
-`method` key, the paper's name, client plug-in, server strategy, hyperparameters with their
-meanings, summary), and listed here.
+"""The method registry: every method is declared once, here, as a `Method` (its `method` key,
+the paper's name, client plug-in, server strategy, its own hyperparameters, a summary), in the
+paper's table order. The registry is torch-free: a plug-in (torch) and a strategy (flwr) are
+imported when first used, so `pfedgm check` parses a run-config without them.
 
 Run-config parsing, the strategy the ServerApp builds, the `pyproject.toml` keys (checked by a
-test), the rows of the paper's tables (`paper.grid`), the method table of docs/methods.md
-(`markdown_table`, written by `python -m devtools.reference`) and the keys of
-docs/run-config.md all come from `METHODS`.
-A method's `Settings` live in `method_settings`, which parses without torch (`pfedgm check`).
+test), the rows of the paper's tables (`pfedgm_paper.grid`), the method table of
+docs/methods.md (`markdown_table`, written by `python -m devtools.reference`) and the keys of
+docs/run-config.md all come from `METHODS`. A plug-in's code is in its module (`base`: FedAvg's,
+which the others override), its `Settings` in `runconfig.method_settings`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from pfedgm_app.runconfig import method_settings
 from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.runconfig.method_settings import (
+    DittoSettings,
+    FedPACSettings,
+    FedRepSettings,
+    FineTune,
+    LGFedAvgSettings,
+    PFedFDASettings,
+    PFedGMSettings,
+    PFedMeSettings,
+)
 from pfedgm_app.runconfig.settings import ConfigError, Settings
 
-from .base import ClientPlugin, ClientState, ClientTask, Method, Personalized, Reply
-from .ditto import DITTO
-from .fedavg import FEDAVG, FEDAVGFT, LOCAL
-from .fedpac import FEDPAC
-from .pfedfda import PFEDFDA
-from .pfedgm import PFEDGM
-from .pfedme import PFEDME
-from .split import FEDBABU, FEDPER, FEDREP, LGFEDAVG
+from .method import Method
 
-# In the paper's table order; adding a method is one entry here.
 REGISTERED = (
-    LOCAL,
-    FEDAVG,
-    FEDAVGFT,
-    DITTO,
-    FEDBABU,
-    FEDPAC,
-    FEDREP,
-    LGFEDAVG,
-    FEDPER,
-    PFEDME,
-    PFEDFDA,
-    PFEDGM,
+    Method(
+        "local",
+        "Local",
+        "fedavg:LocalClient",
+        "no communication: each client trains its own model `local-epochs` whenever sampled",
+    ),
+    Method(
+        "fedavg",
+        "FedAvg",
+        "fedavg:FedAvgClient",
+        "FedAvg (McMahan et al., 2017): the global model evaluated on each client's test split",
+    ),
+    Method(
+        "fedavgft",
+        "FedAvgFT",
+        "fedavg:FedAvgFTClient",
+        "FedAvg, then `finetune-epochs` local epochs of the whole model on each client",
+        settings=FineTune,
+    ),
+    Method(
+        "ditto",
+        "Ditto",
+        "ditto:DittoClient",
+        "Ditto (Li et al., ICML 2021): FedAvg global model + a personal model trained with the "
+        "proximal term mu/2 ‖v − w‖², mu = `ditto-mu`; evaluated with the personal model",
+        settings=DittoSettings,
+    ),
+    Method(
+        "fedbabu",
+        "FedBABU",
+        "split:FedBABUClient",
+        "FedBABU (Oh et al., ICLR 2022): generator trained with the randomly initialized head "
+        "fixed; the whole model fine-tuned `finetune-epochs` per client at the end",
+        settings=FineTune,
+    ),
+    Method(
+        "fedpac",
+        "FedPAC",
+        "fedpac:FedPACClient",
+        "FedPAC (Xu et al., ICLR 2023): `fedpac-head-epochs` head epochs at "
+        "`fedpac-head-learning-rate`, then `local-epochs` generator epochs on CE + "
+        "`fedpac-lambda` × MSE to the global class prototypes; the server combines the "
+        "participants' heads per client from their feature statistics (a simplex QP); the head "
+        "never joins the average",
+        strategy="FedPAC",
+        settings=FedPACSettings,
+    ),
+    Method(
+        "fedrep",
+        "FedRep",
+        "split:FedRepClient",
+        "FedRep (Collins et al., ICML 2021): per round, `fedrep-head-epochs` head epochs with "
+        "the generator fixed, then `local-epochs` generator epochs with the head fixed; only "
+        "the generator is sent; at the end each head refit `fedrep-refit-epochs` on the final "
+        "generator",
+        settings=FedRepSettings,
+    ),
+    Method(
+        "lgfedavg",
+        "LG-FedAvg",
+        "split:LGFedAvgClient",
+        "LG-FedAvg (Liang et al., 2020): after `lgfedavg-warmup-fraction` of the rounds as "
+        "FedAvg, global convolution layers, local fully connected layers (never sent)",
+        settings=LGFedAvgSettings,
+    ),
+    Method(
+        "fedper",
+        "FedPer",
+        "split:FedPerClient",
+        "FedPer (Arivazhagan et al., 2019): global generator, local head (never sent)",
+    ),
+    Method(
+        "pfedme",
+        "pFedMe",
+        "pfedme:PFedMeClient",
+        "pFedMe (Dinh et al., NeurIPS 2020): per batch, the Moreau-envelope inner problem on "
+        "the personal model theta (`pfedme-inner-steps` steps at "
+        "`pfedme-personal-learning-rate`, stopping at `pfedme-tolerance`), then w ← w − "
+        "lr·`pfedme-lambda`·(w − theta); theta stays on the client and is what is evaluated "
+        "(w_i too, as the authors' code does)",
+        settings=PFedMeSettings,
+    ),
+    Method(
+        "pfedfda",
+        "pFedFDA",
+        "pfedfda:PFedFDAClient",
+        "pFedFDA (McLaughlin et al., NeurIPS 2024): generator trained under a fixed LDA head "
+        "built from the global class means and shared covariance; local statistics interpolated "
+        "with the global ones, one coefficient for the means and one for the covariance, each "
+        "in [0, 1], chosen by cross-validation over `pfedfda-cv-folds` folds with L-BFGS",
+        strategy="PFedFDA",
+        settings=PFedFDASettings,
+    ),
+    Method(
+        "pfedgm",
+        "pFedGM",
+        "pfedgm:PFedGMClient",
+        "pFedGM (this paper): Phase 1 as Algorithm 1, Phase 2 personalized head + L-BFGS biases",
+        strategy="PFedGM",
+        settings=PFedGMSettings,
+    ),
 )
 METHODS: dict[str, Method] = {m.name: m for m in REGISTERED}
 
@@ -76,25 +169,35 @@ def parse_run_config(run_config: Mapping[str, Any]) -> tuple[RunConfig, Method, 
 
 
 def markdown_table() -> str:
-    """The method table of docs/methods.md (`python -m devtools.reference` writes it)."""
+    """The method table of docs/methods.md (`python -m devtools.reference` writes it); each
+    run-config key a summary names gets its default from the registry."""
     rows = [
-        f"| `{m.name}` | {', '.join(m.sends) or 'nothing'} | `{m.strategy.__name__}` | "
-        f"{m.summary} |"
+        f"| `{m.name}` | {', '.join(m.sends) or 'nothing'} | `{m.strategy_class().__name__}` | "
+        f"{with_defaults(m.summary)} |"
         for m in METHODS.values()
     ]
     header = "| `method` | sends | strategy | what it does |\n|---|---|---|---|"
     return "\n".join([header, *rows])
 
 
+def with_defaults(text: str) -> str:
+    """`text` with each backquoted run-config key followed by its default: "`ditto-mu`" ->
+    "`ditto-mu` (1.0)"."""
+    defaults = run_config_keys()
+
+    def default(match: re.Match) -> str:
+        key = match.group(1)
+        return f"`{key}` ({defaults[key]})" if key in defaults else match.group(0)
+
+    return re.sub(r"`([\w-]+)`", default, text)
+
+
 __all__ = [
     "METHODS",
-    "ClientPlugin",
-    "ClientTask",
-    "ClientState",
     "Method",
-    "Personalized",
-    "Reply",
     "get_method",
+    "markdown_table",
     "parse_run_config",
     "run_config_keys",
+    "settings_groups",
 ]

@@ -1,5 +1,6 @@
-"""What a method is: a client plug-in (FedAvg's behaviour by default; methods override hooks),
-a server strategy and its own hyperparameters, declared once as a `Method`.
+"""A method's client side: the plug-in base (FedAvg's behaviour; methods override its hooks),
+the task a message gives it, the state it keeps and what it replies. A method is declared in
+the registry (`methods/__init__.py`, a `Method`).
 
 A client plug-in builds its model, trains it for one round and returns what it sends (`Reply`),
 names the parameters it keeps on the client (`kept_keys`, stored in `ClientState`, never sent),
@@ -25,7 +26,6 @@ from pfedgm_app.learning.training import accuracy, make_sgd, run_epochs, supervi
 from pfedgm_app.runconfig.common import RunConfig
 from pfedgm_app.runconfig.method_settings import NoSettings
 from pfedgm_app.runconfig.settings import Settings
-from pfedgm_app.strategies import PersonalizedFedAvg
 
 KEPT = "kept-arrays"  # ClientState name of the model parameters a client never sends
 
@@ -193,33 +193,3 @@ class ClientPlugin:
             task.state.save(KEPT, {k: weights[k] for k in kept})
         shared = {k: v for k, v in weights.items() if k not in kept}
         return Reply(shared, metrics, dict(extras or {}))
-
-
-@dataclass(frozen=True)
-class Method:
-    """A method, declared once: its `method` key, the paper's name for it (`label`, the row of
-    `pfedgm-paper`'s tables), its client plug-in, a one-line summary, its server strategy (any
-    `PersonalizedFedAvg`) and its own hyperparameters. What leaves its clients (`sends`) and
-    whether they keep arrays (`keeps_state`) come from the plug-in.
-    """
-
-    name: str
-    label: str
-    client: type[ClientPlugin]
-    summary: str
-    strategy: type[PersonalizedFedAvg] = PersonalizedFedAvg
-    settings: type[Settings] = NoSettings
-    metrics: tuple[str, ...] = ()  # train metrics its clients report beyond the strategy's
-
-    @property
-    def sends(self) -> tuple[str, ...]:
-        """The model parts whose arrays leave a client in a train reply."""
-        return self.client.sends
-
-    @property
-    def keeps_state(self) -> bool:
-        return self.client.keeps_state()
-
-    def plugin(self, settings: Settings | None = None) -> ClientPlugin:
-        """The client plug-in with `settings` (this method's defaults if None)."""
-        return self.client(settings if settings is not None else self.settings())

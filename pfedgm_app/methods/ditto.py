@@ -15,9 +15,8 @@ import torch
 
 from pfedgm_app.learning.models import Model
 from pfedgm_app.learning.training import supervised_step
-from pfedgm_app.runconfig.method_settings import DittoSettings
 
-from .base import ClientPlugin, ClientTask, Method, Personalized, Reply, accuracy_on_test
+from .base import ClientPlugin, ClientTask, Personalized, Reply, accuracy_on_test
 
 PERSONAL = "ditto-personal"  # ClientState name of the personal model (never sent)
 
@@ -59,13 +58,3 @@ class DittoClient(ClientPlugin):
         if PERSONAL in task.state:
             personal.load_state_dict(task.state.load(PERSONAL))
         return personal
-
-
-DITTO = Method(
-    "ditto",
-    "Ditto",
-    DittoClient,
-    "Ditto (Li et al., ICML 2021): FedAvg global model + a personal model trained with the "
-    "proximal term mu/2 ‖v − w‖² (`ditto-mu`, 1.0); evaluated with the personal model",
-    settings=DittoSettings,
-)

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from pfedgm_app.learning.models import Model
 from pfedgm_app.learning.training import frozen, supervised_step
-from pfedgm_app.runconfig.method_settings import FineTune
 
-from .base import ClientPlugin, ClientTask, Method, Personalized, accuracy_on_test
+from .base import ClientPlugin, ClientTask, Personalized, accuracy_on_test
 
 
 class FedAvgClient(ClientPlugin):
@@ -49,24 +48,3 @@ class LocalClient(ClientPlugin):
     """
 
     sends = ()
-
-
-FEDAVG = Method(
-    "fedavg",
-    "FedAvg",
-    FedAvgClient,
-    "FedAvg (McMahan et al., 2017): the global model evaluated on each client's test split",
-)
-FEDAVGFT = Method(
-    "fedavgft",
-    "FedAvgFT",
-    FedAvgFTClient,
-    "FedAvg, then `finetune-epochs` (5) local epochs of the whole model on each client",
-    settings=FineTune,
-)
-LOCAL = Method(
-    "local",
-    "Local",
-    LocalClient,
-    "no communication: each client trains its own model `local-epochs` whenever sampled",
-)

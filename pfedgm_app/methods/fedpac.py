@@ -24,10 +24,8 @@ from pfedgm_app.learning.gaussian import class_means
 from pfedgm_app.learning.models import Model
 from pfedgm_app.learning.training import apply_batched, frozen, supervised_step
 from pfedgm_app.protocol import wire
-from pfedgm_app.runconfig.method_settings import FedPACSettings
-from pfedgm_app.strategies import FedPAC
 
-from .base import ClientPlugin, ClientTask, Method, Personalized, Reply
+from .base import ClientPlugin, ClientTask, Personalized, Reply
 
 
 def feature_statistics(
@@ -97,17 +95,3 @@ class FedPACClient(ClientPlugin):
         combined = {k: v for k, v in task.received.items() if k.startswith("head.")}
         if combined:
             model.load_state_dict(combined, strict=False)
-
-
-FEDPAC = Method(
-    "fedpac",
-    "FedPAC",
-    FedPACClient,
-    "FedPAC (Xu et al., ICLR 2023): `fedpac-head-epochs` (1) head epochs at "
-    "`fedpac-head-learning-rate` (0.1), then `local-epochs` generator epochs on CE + "
-    "`fedpac-lambda` (1.0) × MSE to the global class prototypes; the server combines the "
-    "participants' heads per client from their feature statistics (a simplex QP); the head "
-    "never joins the average",
-    strategy=FedPAC,
-    settings=FedPACSettings,
-)

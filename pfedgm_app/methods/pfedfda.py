@@ -22,10 +22,8 @@ from torch import nn
 
 from pfedgm_app.learning.models import Model, build_model
 from pfedgm_app.learning.training import accuracy, apply_batched
-from pfedgm_app.runconfig.method_settings import PFedFDASettings
-from pfedgm_app.strategies import PFedFDA
 
-from .base import ClientPlugin, ClientTask, Method, Personalized, Reply
+from .base import ClientPlugin, ClientTask, Personalized, Reply
 
 SHRINKAGE = 1e-4  # LDA's Sigma' = (1 - eps) Sigma + eps tr(Sigma)/d I, and the prior floor
 COVARIANCE_RIDGE = 1.0  # identity added to the estimated covariance, as the authors' code does
@@ -200,16 +198,3 @@ class PFedFDAClient(ClientPlugin):
         head.cov.copy_(cov)
         head.fit_(mu, cov, priors)
         return {"pfedfda-beta-mean": b_mu, "pfedfda-beta-cov": b_cov}
-
-
-PFEDFDA = Method(
-    "pfedfda",
-    "pFedFDA",
-    PFedFDAClient,
-    "pFedFDA (McLaughlin et al., NeurIPS 2024): generator trained under a fixed LDA head built "
-    "from the global class means and shared covariance; local statistics interpolated with the "
-    "global ones, one coefficient for the means and one for the covariance, each in [0, 1], "
-    "chosen by `pfedfda-cv-folds` (2)-fold cross-validation with L-BFGS",
-    strategy=PFedFDA,
-    settings=PFedFDASettings,
-)

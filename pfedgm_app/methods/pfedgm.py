@@ -5,11 +5,9 @@ from __future__ import annotations
 from pfedgm_app.learning.gaussian import GaussianHead
 from pfedgm_app.learning.models import Model, build_model
 from pfedgm_app.learning.phases import personalized_head, train_round
-from pfedgm_app.runconfig.method_settings import PFedGMSettings
 from pfedgm_app.runconfig.readings import Phase1Options, Phase2Options
-from pfedgm_app.strategies import PFedGM
 
-from .base import ClientPlugin, ClientTask, Method, Personalized, Reply
+from .base import ClientPlugin, ClientTask, Personalized, Reply
 
 
 class PFedGMClient(ClientPlugin):
@@ -89,13 +87,3 @@ class PFedGMClient(ClientPlugin):
         )  # fmt: skip
         result.pop("num-test")  # the ClientApp reports the sizes
         return Personalized(result, Model(model.generator, head))
-
-
-PFEDGM = Method(
-    "pfedgm",
-    "pFedGM",
-    PFedGMClient,
-    "pFedGM (this paper): Phase 1 as Algorithm 1, Phase 2 personalized head + L-BFGS biases",
-    strategy=PFedGM,
-    settings=PFedGMSettings,
-)

@@ -33,9 +33,8 @@ from torch import nn
 
 from pfedgm_app.learning.models import Model
 from pfedgm_app.learning.training import run_epochs, supervised_step
-from pfedgm_app.runconfig.method_settings import PFedMeSettings
 
-from .base import ClientPlugin, ClientTask, Method, Personalized, Reply, accuracy_on_test
+from .base import ClientPlugin, ClientTask, Personalized, Reply, accuracy_on_test
 
 PERSONAL = "pfedme-personal"  # ClientState name of theta (never sent)
 
@@ -153,16 +152,3 @@ class PFedMeClient(ClientPlugin):
         metrics = run_epochs(step, x, y, None, epochs, cfg.batch_size, task.rng)
         metrics["pfedme-inner-grad-norm"] = sum(norms) / max(len(norms), 1)
         return personal, metrics
-
-
-PFEDME = Method(
-    "pfedme",
-    "pFedMe",
-    PFedMeClient,
-    "pFedMe (Dinh et al., NeurIPS 2020): per batch, the Moreau-envelope inner problem on the "
-    "personal model theta (`pfedme-inner-steps` (5) steps at `pfedme-personal-learning-rate` "
-    "(0.01), stopping at `pfedme-tolerance`), then w ← w − lr·`pfedme-lambda` (5.0)·(w − theta); "
-    "theta stays on the client and is what is evaluated (w_i too, as the authors' code does)",
-    settings=PFedMeSettings,
-    metrics=("pfedme-inner-grad-norm",),
-)

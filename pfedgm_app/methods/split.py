@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pfedgm_app.learning.models import Model
 from pfedgm_app.learning.training import frozen, supervised_step
-from pfedgm_app.runconfig.method_settings import FedRepSettings, FineTune, LGFedAvgSettings
 
-from .base import ClientPlugin, ClientTask, Method, Personalized, Reply, accuracy_on_test
+from .base import ClientPlugin, ClientTask, Personalized, Reply, accuracy_on_test
 from .fedavg import FedAvgFTClient, fine_tune
 
 
@@ -106,37 +105,3 @@ class FedRepClient(ClientPlugin):
         fine_tune(model, task, self.settings.refit_epochs, "head")
         metrics = {"accuracy": accuracy_on_test(model, task), "acc-global": global_acc}
         return Personalized(metrics, model)
-
-
-FEDPER = Method(
-    "fedper",
-    "FedPer",
-    FedPerClient,
-    "FedPer (Arivazhagan et al., 2019): global generator, local head (never sent)",
-)
-LGFEDAVG = Method(
-    "lgfedavg",
-    "LG-FedAvg",
-    LGFedAvgClient,
-    "LG-FedAvg (Liang et al., 2020): after `lgfedavg-warmup-fraction` (0.5) of the rounds as "
-    "FedAvg, global convolution layers, local fully connected layers (never sent)",
-    settings=LGFedAvgSettings,
-)
-FEDBABU = Method(
-    "fedbabu",
-    "FedBABU",
-    FedBABUClient,
-    "FedBABU (Oh et al., ICLR 2022): generator trained with the randomly initialized head fixed; "
-    "the whole model fine-tuned `finetune-epochs` (5) per client at the end",
-    settings=FineTune,
-)
-FEDREP = Method(
-    "fedrep",
-    "FedRep",
-    FedRepClient,
-    "FedRep (Collins et al., ICML 2021): per round, `fedrep-head-epochs` (1) head epochs with "
-    "the generator fixed, then `local-epochs` generator epochs with the head fixed; only the "
-    "generator is sent; at the end each head refit `fedrep-refit-epochs` (10) on the final "
-    "generator",
-    settings=FedRepSettings,
-)

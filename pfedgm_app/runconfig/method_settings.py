@@ -1,11 +1,8 @@
 """Each method's own run-config keys (its `Settings`: bounds, meanings, checks) and the parsing of
-a run-config, without torch or flwr, so that `pfedgm check` validates a run-config in a fraction
-of a second: importing the methods themselves (`methods/`) takes torch, seconds on a small
-machine. Each method's module imports its settings from here and declares them on its `Method`;
-`methods.parse_run_config` parses with the registry's, `pfedgm check` with `SETTINGS`, and a test
-keeps the two equal: a new method's settings go here, and its name with them in `SETTINGS`.
-What a method does with its settings stays in its module: this one imports nothing from
-`methods/` (the methods import it; an import back would be a cycle and bring torch).
+a run-config, without torch or flwr. The registry (`methods.METHODS`) names each method's
+settings group and parses with them (`methods.parse_run_config`); what a method does with its
+settings stays in its plug-in's module. This room is below the methods: it imports nothing
+from them.
 """
 
 from __future__ import annotations
@@ -230,24 +227,7 @@ class PFedGMSettings(Settings):
         return {"covariance_average": self.covariance_average, "bias_average": self.bias_average}
 
 
-# Every registered method (`methods.REGISTERED`, the paper's table order) and its settings group.
-SETTINGS: dict[str, type[Settings]] = {
-    "local": NoSettings,
-    "fedavg": NoSettings,
-    "fedavgft": FineTune,
-    "ditto": DittoSettings,
-    "fedbabu": FineTune,
-    "fedpac": FedPACSettings,
-    "fedrep": FedRepSettings,
-    "lgfedavg": LGFedAvgSettings,
-    "fedper": NoSettings,
-    "pfedme": PFedMeSettings,
-    "pfedfda": PFedFDASettings,
-    "pfedgm": PFedGMSettings,
-}
-
-
-def settings_groups(methods: Mapping[str, type[Settings]] = SETTINGS) -> list[type[Settings]]:
+def settings_groups(methods: Mapping[str, type[Settings]]) -> list[type[Settings]]:
     """Every group of run-config keys: the common ones, then each method's (once each)."""
     groups: list[type[Settings]] = [RunConfig]
     for group in methods.values():
@@ -256,7 +236,7 @@ def settings_groups(methods: Mapping[str, type[Settings]] = SETTINGS) -> list[ty
     return groups
 
 
-def run_config_keys(methods: Mapping[str, type[Settings]] = SETTINGS) -> dict[str, Any]:
+def run_config_keys(methods: Mapping[str, type[Settings]]) -> dict[str, Any]:
     """{key: default} of every run-config key (what `pyproject.toml` must declare)."""
     keys: dict[str, Any] = {}
     for group in settings_groups(methods):
@@ -268,7 +248,7 @@ def run_config_keys(methods: Mapping[str, type[Settings]] = SETTINGS) -> dict[st
 
 
 def parse(
-    run_config: Mapping[str, Any], methods: Mapping[str, type[Settings]] = SETTINGS
+    run_config: Mapping[str, Any], methods: Mapping[str, type[Settings]]
 ) -> tuple[RunConfig, Settings]:
     """Flower's run-config -> (common settings, the chosen method's settings), `methods` being
     each method's settings group by name.

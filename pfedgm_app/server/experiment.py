@@ -16,7 +16,8 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from pfedgm_app.data import Protocol
-from pfedgm_app.methods import ClientPlugin, Method
+from pfedgm_app.methods import Method
+from pfedgm_app.methods.base import ClientPlugin
 from pfedgm_app.protocol import wire
 from pfedgm_app.records import checkpoint, initial_model
 from pfedgm_app.records.results import RunWriter, accuracy_by_type, evaluation_row
@@ -207,7 +208,7 @@ def build_strategy(
     typical clients. `settings` (the method's) add the strategy options they fix
     (`Settings.strategy_options`).
     """
-    strategy = method.strategy(
+    strategy = method.strategy_class()(
         fraction_train=cfg.fraction_train,
         fraction_evaluate=0.0,  # the paper evaluates once, after personalization
         min_train_nodes=1,
@@ -226,5 +227,4 @@ def build_strategy(
         byzantine_nodes=cfg.byzantine_nodes,
         **(settings.strategy_options() if settings is not None else {}),
     )
-    strategy.metric_keys |= set(method.metrics)
     return strategy
