@@ -50,10 +50,33 @@ def test_check_accepts_the_defaults_and_every_preset():
     assert pfedgm("check", "--run-config", "preset='cifar100-dir01'").exit_code == 0
 
 
-def test_check_reads_the_run_config_as_flower_does(tmp_path):
-    given = read_run_config(["method='fedavg' output-dir=\"/a b\" lambda=0.5", "resume=true"])
-    assert given == {"method": "fedavg", "output-dir": "/a b", "lambda": 0.5, "resume": True}
+# `--run-config` values as Flower's examples and docs write them, and this app's own.
+RUN_CONFIGS = [
+    ["num-server-rounds=5 learning-rate=0.05"],  # quickstart-pytorch's README
+    ["num-server-rounds=3", "fraction-train=0.5"],  # the option given twice
+    ['model-name="resnet18" use-wandb=true local-epochs=2'],
+    ["method='fedavg' output-dir=\"/a b\" lambda=0.5", "resume=true"],
+    ["classes='0,1,2' dirichlet-alpha=1e-1 weight-decay=5e-4 eval-every=0"],
+    ["a.b=1 a.c='x'"],  # a dotted key: a nested table, flattened
+    ["lr=-0.5 seed=+3"],
+]
+
+
+@pytest.mark.parametrize("values", RUN_CONFIGS, ids=lambda v: " ".join(v)[:30])
+def test_check_reads_the_run_config_as_flower_does(values):
+    """Pinned to Flower's own reading (`flwr run`'s parser): a Flower upgrade that reads
+    `--run-config` otherwise fails here, not in a user's run."""
+    from flwr.common.config import parse_config_args
+
+    assert read_run_config(values) == parse_config_args(values)
+
+
+def test_check_reads_a_toml_run_config_as_flower_does(tmp_path):
+    from flwr.common.config import parse_config_args
+
     toml = tmp_path / "run.toml"
+    toml.write_text('method = "ditto"\nditto-mu = 2.0\n[extra]\nkey = 1\n')
+    assert read_run_config([str(toml)]) == parse_config_args([str(toml)])
     toml.write_text('method = "ditto"\nditto-mu = 2.0\n')
     assert read_run_config([str(toml)]) == {"method": "ditto", "ditto-mu": 2.0}
     assert pfedgm("check", "--run-config", str(toml)).exit_code == 0
