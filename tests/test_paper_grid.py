@@ -171,7 +171,7 @@ def test_runtime_is_minutes_and_a_rounds_ratio_to_fedavgs(tmp_path):
     _fake_run(tmp_path, "cifar10-dir05", "pfedgm", 0, [0.5], minutes=3.0, per_round=10.0)
     text = render.markdown(tmp_path, TABLES["runtime"])
     assert "3.0 min, 10.0 s a round (1.25x)<br>paper 81.75 (1.26x)" in text
-    assert {"local", "fedavgft"} <= {row.name for row in TABLES["runtime"].rows}  # all twelve
+    assert {"local", "fedavgft"} <= {row.name for row in TABLES["runtime"].rows}  # every method
     assert "10.00" in render.csv_text(tmp_path, TABLES["runtime"])
     assert "each cell: wall minutes" in text and "test size" not in text
 

@@ -208,8 +208,7 @@ flwr run . --run-config "preset='cifar100-dir01' method='fedpac'" \\
   --federation-config "num-supernodes=100 client-resources-num-cpus=1"
 ```
 
-or as a file, `flwr run . --run-config conf/<preset>.toml` (written by `python -m
-pfedgm_app.runconfig.presets --write`). Each has an `-offline` twin that reads
+Each has an `-offline` twin that reads
 `<ancestor>/shared/data/<folder>` (`dataset='shared:cifar100'`); EMNIST's reads real EMNIST
 ByClass (62 classes), only its official test split (116 images per client at 1000 clients; the
 paper's are about 814). `num-supernodes` is the federation size the preset needs.

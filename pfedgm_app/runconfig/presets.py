@@ -1,10 +1,7 @@
 """The paper's experiments as named presets: one per cell group of its tables.
 
-`PRESETS` is the one source: `conf/<name>.toml` are written from it (`python -m
-pfedgm_app.runconfig.presets --write`, checked by a test) for `flwr run . --run-config
-conf/<name>.toml`,
-and the run-config key `preset` applies one by name, so a preset combines with key=value
-overrides, which Flower refuses for a TOML file:
+`PRESETS` is the one source, applied by name through the run-config key `preset`, so that a
+preset combines with key=value overrides:
 
     flwr run . --run-config "preset='cifar100-dir01' method='fedpac'" \\
         --federation-config "num-supernodes=100"
@@ -19,7 +16,6 @@ about 116 per client at 1000 clients, the paper's about 814; see that folder's R
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import tomllib
 from dataclasses import dataclass, field
@@ -27,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from .settings import ConfigError
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 @dataclass(frozen=True)
@@ -40,20 +34,9 @@ class Preset:
     num_supernodes: int
     keys: dict[str, Any] = field(default_factory=dict)
 
-    def toml(self) -> str:
-        lines = [
-            f"# {self.table}",
-            f"#   flwr run . --run-config conf/{self.name}.toml "
-            f'--federation-config "num-supernodes={self.num_supernodes}"',
-            "# Written by `python -m pfedgm_app.runconfig.presets --write`: edit "
-            "pfedgm_app/runconfig/presets.py.",
-        ]
-        lines += [f"{key} = {toml_value(value)}" for key, value in self.keys.items()]
-        return "\n".join(lines) + "\n"
-
 
 def toml_value(value: Any) -> str:
-    """A value as it is written in TOML (`pyproject.toml`, `conf/*.toml`, `--run-config`)."""
+    """A value as it is written in TOML (`pyproject.toml`, `--run-config`)."""
     if isinstance(value, str):
         return f'"{value}"'
     if isinstance(value, bool):
@@ -164,28 +147,3 @@ def markdown_table() -> str:
         if not p.name.endswith("-offline"):
             rows.append(f"| `{p.name}` | {p.table} | {p.num_supernodes} |")
     return "\n".join(rows)
-
-
-def write_conf() -> int:
-    """(Re)write `conf/*.toml` from `PRESETS`, dropping files of presets that are gone; returns
-    how many were written. The presets' table of docs/presets.md is written with the other
-    reference pages (`python -m devtools.reference`)."""
-    for old in CONF_DIR.glob("*.toml"):
-        old.unlink()
-    for preset in PRESETS.values():
-        (CONF_DIR / f"{preset.name}.toml").write_text(preset.toml())
-    return len(PRESETS)
-
-
-def main() -> None:
-    """`python -m pfedgm_app.runconfig.presets --write`: the command the generated files name."""
-    parser = argparse.ArgumentParser(description="Presets: write conf/*.toml from PRESETS")
-    parser.add_argument(
-        "--write", action="store_true", required=True, help=f"(re)write {CONF_DIR}/*.toml"
-    )
-    parser.parse_args()
-    print(f"wrote {write_conf()} presets to {CONF_DIR}")
-
-
-if __name__ == "__main__":
-    main()
