@@ -222,7 +222,7 @@ def test_run_submits_the_options_as_given_and_exits_0_when_the_run_completed(flo
     )
     (tmp_path / "out").mkdir()  # a completed run's summary: its result, then where it is
     summary = {"mean-accuracy": 61.5, "std-accuracy": 7.25, "num-clients-evaluated": 4}
-    (tmp_path / "out" / "summary.json").write_text(json.dumps(summary))
+    RunFolder(tmp_path / "out").write_summary(summary)
     result = pfedgm("run", "-c", f"preset='smoke' output-dir='{tmp_path / 'out2'}'")
     assert "pfedgm run: run 7 finished:completed" in result.output
     outcome = flwr_cli.outcome(tmp_path / "out")

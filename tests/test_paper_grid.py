@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools import migrate_records
 from pfedgm_app.methods import METHODS
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_app.runconfig.presets import PRESETS
@@ -66,8 +67,8 @@ def _fake_run(out: Path, column: str, run: str, seed: int, accuracies: list[floa
               rounds: int = 3, minutes: float = 1.0, version: int = 2,
               per_round: float = 10.0) -> RunFolder:  # fmt: skip
     """A finished run's folder: clients.csv (partition i has test size 10 + i; `accuracies` as
-    the clients reply them, fractions) and summary, in format `version` (1: as the committed
-    records under results/ are, fractions and snake_case, no format-version)."""
+    the clients reply them, fractions) and summary, in format `version` (1: as records were
+    written before format versions, fractions and snake_case, no format-version)."""
     folder = RunFolder(out / column / run / f"seed{seed}")
     folder.path.mkdir(parents=True)
     rows = [{"partition-id": i, "accuracy": acc, "acc-finetune": acc / 2, "num-test": 10 + i}
@@ -115,14 +116,15 @@ def test_a_run_from_a_kept_model_counts_the_models_rounds(tmp_path):
     assert kept.rounds == 200 and kept.differences == []
 
 
-def test_a_version_1_run_renders_as_its_version_2_twin(tmp_path):
-    """The committed records under results/ (format version 1) give the numbers a run of
-    today writes, to the last digit."""
+def test_a_version_1_run_rewritten_renders_as_its_version_2_twin(tmp_path):
+    """A record of format version 1 (as results/ held before `devtools.migrate_records`),
+    rewritten, gives the numbers a run of today writes, to the last digit."""
     for version in (1, 2):
         out = tmp_path / f"v{version}"
         _fake_run(out, "cifar10-dir05", "pfedgm", 0, [0.8123456789, 0.6, 0.9], version=version)
         _fake_run(out, "cifar10-dir05", "fedavg", 0, [0.5, 0.7, 0.4], minutes=2.0,
                   version=version)  # fmt: skip
+    assert migrate_records.main([str(tmp_path / "v1")]) == 0
     for table in (TABLES["standard"], TABLES["adaptation"], TABLES["runtime"]):
         assert render.csv_text(tmp_path / "v1", table) == render.csv_text(tmp_path / "v2", table)
         assert render.markdown(tmp_path / "v1", table) == render.markdown(tmp_path / "v2", table)

@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, MetricRecord
 
+from devtools import migrate_records
 from pfedgm_app.records import checkpoint
 from pfedgm_app.records.plots import EVAL_MEAN, EVAL_STD
 from pfedgm_app.records.results import ELAPSED, RunWriter, accuracy_by_type
-from pfedgm_app.records.run_folder import FORMAT_VERSION, SUMMARY_V1, VERSION, RunFolder
+from pfedgm_app.records.run_folder import FORMAT_VERSION, VERSION, RunFolder
 from pfedgm_app.runconfig.common import RunConfig
 from pfedgm_app.runconfig.method_settings import NoSettings
 from pfedgm_app.runconfig.settings import ConfigError
@@ -167,11 +168,22 @@ def _v1_folder(path: Path) -> RunFolder:
     return folder
 
 
-def test_a_version_1_folder_reads_as_version_2_with_the_same_numbers(tmp_path):
+def test_a_version_1_folder_is_refused_in_one_line_naming_the_rewrite(tmp_path):
     folder = _v1_folder(tmp_path / "v1")
     assert folder.format_version == 1
+    for read in (folder.read_summary, folder.read_clients):
+        with pytest.raises(ConfigError) as err:
+            read()
+        assert "\n" not in str(err.value) and "python -m devtools.migrate_records" in str(err.value)
+    folder.config.unlink()  # a copy without its config: versioned by its summary
+    assert folder.format_version == 1
+
+
+def test_the_rewrite_gives_version_2_with_the_same_numbers(tmp_path):
+    folder = _v1_folder(tmp_path / "runs" / "v1")
+    assert migrate_records.main([str(tmp_path / "runs")]) == 0
+    assert folder.format_version == 2
     summary = folder.read_summary()
-    assert summary[VERSION] == 2 and all(KEBAB.fullmatch(k) for k in _keys(summary))
     assert summary == {
         "method": "pfedgm", "dataset": "shared:cifar10", "dirichlet-alpha": 0.5,
         "num-clients": 2, "rounds": 3, "fraction-train": 1.0, "mean-accuracy": 65.4321,
@@ -203,19 +215,11 @@ def test_a_version_1_folder_reads_as_version_2_with_the_same_numbers(tmp_path):
     ])  # fmt: skip
     assert v2.read_clients() == clients
     assert folder.read_rounds() == V1_ROUNDS  # version 1's rounds.jsonl is version 2's already
+    assert migrate_records.main([str(tmp_path / "runs")]) == 0  # once is enough
+    assert folder.read_clients() == clients
 
 
-def test_a_copy_without_its_config_is_versioned_by_its_summary(tmp_path):
-    folder = _v1_folder(tmp_path)
-    folder.config.unlink()
-    assert folder.format_version == 1 and folder.read_clients()[0]["acc-global"] == 25.0
-    folder.write_summary(folder.read_summary())
-    assert folder.format_version == 2 and folder.read_clients()[0]["acc-global"] == 0.25
-
-
-def test_the_version_1_mapping_names_every_key_of_the_committed_records():
-    """Every summary.json under results/ (version 1) reads with kebab-case keys only."""
-    assert all(KEBAB.fullmatch(v) for v in SUMMARY_V1.values())
+def test_every_committed_record_is_version_2_with_kebab_case_keys():
     summaries = sorted((ROOT / "results").rglob(RunFolder(ROOT).summary.name))
     assert summaries
     for path in summaries:

@@ -6,8 +6,8 @@ paper's grid, the devtools and the benchmarks read back through it. Standard lib
 Format version 2 spells every key of `summary.json`, `clients.csv` and `rounds.jsonl` in
 kebab-case (as Flower's run-config and metric names) and every accuracy in percent (as the
 paper's tables); `summary.json` and `config.json` carry `format-version`. A folder without it is
-version 1, which named `summary.json`'s keys in snake_case and wrote `clients.csv`'s accuracies
-as fractions: the readers return version 2's records for both (`SUMMARY_V1`, `is_accuracy`).
+version 1 (snake_case keys, accuracies as fractions): the readers refuse it in one line, and
+`python -m devtools.migrate_records FOLDER` rewrites it in version 2.
 """
 
 from __future__ import annotations
@@ -34,37 +34,11 @@ VERSION = "format-version"
 """The key of the format version in summary.json and config.json; config.json, written first,
 versions the folder's other files."""
 
-SUMMARY_V1 = {
-    k: k.replace("_", "-")
-    for k in (
-        "ablation_mean_accuracy",
-        "accuracy_by_type",
-        "accuracy_note",
-        "dirichlet_alpha",
-        "dropped_replies",
-        "fraction_train",
-        "mean_accuracy",
-        "num_clients",
-        "num_clients_evaluated",
-        "output_dir",
-        "resumed_after_round",
-        "rounds_without_update",
-        "seconds_per_round",
-        "seconds_personalize",
-        "seconds_total",
-        "seconds_training",
-        "std_accuracy",
-        "unweighted_mean_accuracy",
-    )
-}
-"""Version 1's summary.json keys (top level and `accuracy_by_type`'s entries) -> version 2's;
-the other keys (`method`, `rounds`, `failures`, ...) and the names of client types are the same."""
-
 
 def is_accuracy(column: str) -> bool:
     """An accuracy of clients.csv (`accuracy`, `acc-global`, ...: the personalize replies'
-    `acc*` metrics, `strategies.personalization_result.summarize`): a fraction in version 1's
-    file, percent in version 2's."""
+    `acc*` metrics, `strategies.personalization_result.summarize`): a fraction in a reply,
+    percent in the file."""
     return column.startswith("acc")
 
 
@@ -73,17 +47,6 @@ def in_percent(row: dict[str, Any]) -> dict[str, Any]:
     return {
         k: 100 * v if is_accuracy(k) and isinstance(v, int | float) else v for k, v in row.items()
     }
-
-
-def summary_v2(record: dict[str, Any]) -> dict[str, Any]:
-    """A version-1 summary.json record under version 2's keys; its numbers unchanged."""
-    out = {SUMMARY_V1.get(k, k): v for k, v in record.items()}
-    if isinstance(by_type := out.get("accuracy-by-type"), dict):
-        out["accuracy-by-type"] = {
-            kind: {SUMMARY_V1.get(k, k): v for k, v in stats.items()}
-            for kind, stats in by_type.items()
-        }
-    return {**out, VERSION: FORMAT_VERSION}
 
 
 def strict_json(value: Any, **kwargs) -> str:
@@ -198,7 +161,8 @@ class RunFolder:
     @property
     def format_version(self) -> int:
         """The version the folder's files were written in: config.json's (written first), else
-        summary.json's (a copy without its config), else 1 (written before versions)."""
+        summary.json's (a copy without its config); 1 for either without a version (written
+        before versions); this code's when neither is there."""
         for path in (self.config, self.summary):
             try:
                 record = json.loads(path.read_text())
@@ -206,7 +170,7 @@ class RunFolder:
                 continue
             if isinstance(record, dict):
                 return int(record.get(VERSION, 1))
-        return 1
+        return FORMAT_VERSION
 
     def read_config(self) -> dict[str, Any]:
         """`config.json` as written (run-config keys, kebab-case in every version); OSError or
@@ -214,25 +178,35 @@ class RunFolder:
         return json.loads(self.config.read_text())
 
     def read_summary(self) -> dict[str, Any]:
-        """`summary.json` as a version-2 record (a version-1 one under version 2's keys); OSError
-        or ValueError as reading and parsing raise them."""
-        record = json.loads(self.summary.read_text())
-        return record if record.get(VERSION, 1) >= 2 else summary_v2(record)
+        """`summary.json` as written; OSError or ValueError as reading and parsing raise them,
+        ConfigError for a folder of format version 1 (`check_version`)."""
+        self.check_version()
+        return json.loads(self.summary.read_text())
 
     def read_clients(self) -> list[dict[str, Any]]:
         """The rows of `clients.csv`, each cell a number (an empty one, a metric its client did
-        not report, left out), accuracies in percent in every version; OSError as reading
-        raises it."""
+        not report, left out), accuracies in percent; OSError as reading raises it, ConfigError
+        for a folder of format version 1 (`check_version`)."""
+        self.check_version()
         with self.clients.open(newline="") as f:
-            rows = [
+            return [
                 {k: _number(v) for k, v in r.items() if v not in ("", None)}
                 for r in csv.DictReader(f)
             ]
-        return rows if self.format_version >= 2 else [in_percent(r) for r in rows]
+
+    def check_version(self) -> None:
+        """ConfigError, in one line saying how to rewrite it, for a folder written before
+        format versions (version 1: snake_case summary keys, accuracies as fractions)."""
+        if self.format_version < FORMAT_VERSION:
+            raise ConfigError(
+                f"{self.path}: written in format version {self.format_version}, read in "
+                f"{FORMAT_VERSION}; rewrite it with `python -m devtools.migrate_records "
+                f"{self.path}` (a checkout of the app)"
+            )
 
     def read_rounds(self) -> list[dict]:
-        """The lines of `rounds.jsonl` ([] without one; blank lines skipped), the same in both
-        versions (kebab-case keys, accuracies in percent). A torn last line (a kill mid-write)
+        """The lines of `rounds.jsonl` ([] without one; blank lines skipped), kebab-case keys,
+        accuracies in percent (the same in version 1). A torn last line (a kill mid-write)
         is dropped with a warning; any other line that is not JSON raises ConfigError naming
         it."""
         path = self.rounds
