@@ -58,7 +58,7 @@ def test_train_round_changes_generator_navigator_and_covariance_and_keeps_a_posi
     x, y = _problem()
     gen, head = _parts()
     before = copy.deepcopy((gen, head))
-    metrics = train_round(gen, head, (x, y), Phase1Options(lr=0.5), epochs=2)
+    metrics = train_round(gen, head, (x, y), Phase1Options(learning_rate=0.5), epochs=2)
     assert metrics["sample-passes"] == 2 * len(x) and metrics["loss"] > 0
     for name in ("mu", "b", "A"):
         assert not torch.equal(getattr(head, name), getattr(before[1], name)), name
@@ -80,7 +80,7 @@ def test_features_on_tensors_and_batches_agree_and_empty_data_is_refused():
 def test_personalize_learns_a_separable_problem_and_leaves_the_global_model_as_it_was():
     x, y = _problem(90)
     gen, head = _parts()
-    train_round(gen, head, (x[:60], y[:60]), Phase1Options(lr=0.1), epochs=5)
+    train_round(gen, head, (x[:60], y[:60]), Phase1Options(learning_rate=0.1), epochs=5)
     before = _state(gen, head)
     result = personalize(
         gen, head, (x[:60], y[:60]), (x[60:], y[60:]), Phase2Options(lbfgs_cycles=1)
@@ -107,7 +107,9 @@ def test_dict_batches_a_wrong_feature_size_and_labels_beyond_the_head_get_one_li
 
 def _one_step(gen: nn.Module, head: GaussianHead, x, y, **switches) -> None:
     """One full-batch plain SGD step (lr 0.1, no momentum, no decay): params move by -0.1 grad."""
-    sgd = Phase1Options(lr=0.1, momentum=0.0, weight_decay=0.0, batch_size=len(x), **switches)
+    sgd = Phase1Options(
+        learning_rate=0.1, momentum=0.0, weight_decay=0.0, batch_size=len(x), **switches
+    )
     train_round(gen, head, (x, y), sgd, epochs=1)
 
 
@@ -129,7 +131,7 @@ def test_decoupling_gm_c_leaves_a_at_identity_and_gm_trains_one_gaussian_classif
     """G.M.-C.: no statistic extractor, A stays E. G.M.: H(phi, psi, nu) on phi, mu, b, A."""
     x, y = _problem()
     gen, head = _parts()
-    train_round(gen, head, (x, y), Phase1Options(lr=0.5, decoupling="gm-c"), epochs=2)
+    train_round(gen, head, (x, y), Phase1Options(learning_rate=0.5, decoupling="gm-c"), epochs=2)
     assert torch.equal(head.A, torch.ones_like(head.A))
     gen, head = _parts()
     start = copy.deepcopy((gen, head))
@@ -146,7 +148,7 @@ def test_adaptation_none_and_finetune_report_their_own_head():
     """NA: the global head with A* (acc-global-cov); FA: fine-tuning without L-BFGS."""
     x, y = _problem(90)
     gen, head = _parts()
-    train_round(gen, head, (x[:60], y[:60]), Phase1Options(lr=0.1), epochs=2)
+    train_round(gen, head, (x[:60], y[:60]), Phase1Options(learning_rate=0.1), epochs=2)
     data = (x[:60], y[:60]), (x[60:], y[60:])
     ph, result = personalized_head(gen, head, *data, Phase2Options(adaptation="none"))
     assert "acc-finetune" not in result and result["accuracy"] == result["acc-global-cov"]
@@ -189,7 +191,7 @@ def test_navigator_lr_scale_and_head_decay_move_only_their_parameters():
 
     def step(head_decay):
         gen, head = copy.deepcopy(start)
-        sgd = {"lr": 0.1, "momentum": 0.0, "weight_decay": 0.5, "batch_size": len(x)}
+        sgd = {"learning_rate": 0.1, "momentum": 0.0, "weight_decay": 0.5, "batch_size": len(x)}
         train_round(gen, head, (x, y), Phase1Options(**sgd, head_decay=head_decay), epochs=1)
         return head
 

@@ -152,7 +152,7 @@ def train_round(
         meter.add_count("saturated-fraction", diagnostics.saturated(nll))
         return loss
 
-    nav_lr = options.lr * options.navigator_lr_scale
+    nav_lr = options.learning_rate * options.navigator_lr_scale
 
     def decay(name: str) -> float:
         return options.weight_decay if name in options.head_decay else 0.0
@@ -163,7 +163,7 @@ def train_round(
         {"params": [head.b], "lr": nav_lr, "weight_decay": decay("b")},
         {"params": [head.A], "weight_decay": decay("A")},
     ]
-    optimizer = make_sgd(params, options.lr, options.momentum, options.weight_decay)
+    optimizer = make_sgd(params, options.learning_rate, options.momentum, options.weight_decay)
     device = head.mu.device
     metrics = run_data_epochs(
         data, step, optimizer, epochs, options.batch_size, rng, head.project_, device
@@ -182,11 +182,11 @@ def personalized_head(
     rng: torch.Generator | None = None,
 ) -> tuple[PersonalizedHead, dict[str, float]]:
     """Phase 2 on a client: phi frozen, the personalized head (Eq. LossC) fitted by SGD on the
-    client's features (`epochs` at `options.lr`), then its biases refined by L-BFGS
-    (`options.lbfgs_cycles` cycles of `lbfgs_max_iter` iterations at `lbfgs_lr`; 0 cycles skips
-    it); `options` holds these, lambda and the adaptation ablation (`Phase2Options`, pFedGM's by
-    default). `rng` shuffles the features (None: torch's global generator). `generator` and
-    `head` are left as they were.
+    client's features (`epochs` at `options.learning_rate`), then its biases refined by L-BFGS
+    (`options.lbfgs_cycles` cycles of `lbfgs_max_iter` iterations at `lbfgs_learning_rate`; 0
+    cycles skips it); `options` holds these, lambda and the adaptation ablation
+    (`Phase2Options`, pFedGM's by default). `rng` shuffles the features (None: torch's global
+    generator). `generator` and `head` are left as they were.
 
     Returns the personalized head (on z = generator(x): `generator` then this head is the
     client's model) and fractions in [0, 1] on `test`: `accuracy` (the personalized head), and
@@ -222,11 +222,11 @@ def personalized_head(
 
     with torch.enable_grad():
         if adaptation != "none":
-            sgd = options.lr, options.momentum, options.weight_decay
+            sgd = options.learning_rate, options.momentum, options.weight_decay
             fine_tune_(ph, z_train, y_train, run, epochs, *sgd)
             result["acc-finetune"] = accuracy(ph, z_test, y_test)
         if options.lbfgs_cycles and adaptation == "finetune-lbfgs":
-            lbfgs = options.lbfgs_lr, options.lbfgs_max_iter, options.lbfgs_cycles
+            lbfgs = options.lbfgs_learning_rate, options.lbfgs_max_iter, options.lbfgs_cycles
             refine_biases_(ph, z_train, y_train, *lbfgs, options.lbfgs_line_search)
     result["accuracy"] = accuracy(ph, z_test, y_test)
     result["num-test"] = float(len(y_test))

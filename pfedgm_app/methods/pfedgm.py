@@ -33,7 +33,7 @@ class PFedGMClient(ClientPlugin):
         cfg, settings = task.cfg, self.settings
         return Phase1Options(
             lambda_=settings.lambda_,
-            lr=cfg.learning_rate,
+            learning_rate=cfg.learning_rate,
             momentum=cfg.momentum,
             weight_decay=cfg.weight_decay,
             batch_size=cfg.batch_size,
@@ -53,12 +53,12 @@ class PFedGMClient(ClientPlugin):
         cfg, settings = task.cfg, self.settings
         return Phase2Options(
             lambda_=settings.lambda_,
-            lr=settings.personal_learning_rate,
+            learning_rate=settings.personal_learning_rate,
             momentum=cfg.momentum,
             weight_decay=cfg.weight_decay,
             batch_size=settings.personal_batch_size or cfg.batch_size,
             objective_scale=settings.objective_scale,
-            lbfgs_lr=settings.lbfgs_learning_rate,
+            lbfgs_learning_rate=settings.lbfgs_learning_rate,
             lbfgs_max_iter=settings.lbfgs_max_iter,
             lbfgs_cycles=settings.lbfgs_cycles,
             lbfgs_line_search=settings.lbfgs_line_search,

@@ -36,7 +36,7 @@ class PhaseOptions:
 
     lambda_: float = 1.0
     """lambda of Eq. main_loss, H + lambda R_c (Phase 1), and in zeta of Eq. LossC (Phase 2)."""
-    lr: float = 0.01
+    learning_rate: float = 0.01
     """SGD's learning rate (Sec. Training Setup: 0.01 for Phase 1)."""
     momentum: float = 0.5
     """SGD's momentum (Sec. Training Setup)."""
@@ -68,7 +68,7 @@ class Phase1Options(PhaseOptions):
     """Algorithm 1's step size of Eq. proto_update ("with a stepsize", `PROTOTYPE_STEPS`):
     "epoch" n_k(batch)/N_k, "batch" 1, "none" 0 (the round-start means)."""
     navigator_lr_scale: float = 1.0
-    """mu and b train at `lr` times this (a reading: the paper gives one rate)."""
+    """mu and b train at `learning_rate` times this (a reading: the paper gives one rate)."""
     head_decay: tuple[str, ...] = ("mu", "b")
     """Which head parameters `weight_decay` reaches (`HEAD_DECAY`): the navigator's mu and b,
     as the generator's weights; A, a precision that decay would shrink, only when named."""
@@ -94,16 +94,16 @@ class Phase2Options(PhaseOptions):
     """Phase 2 on a client (`phases.personalized_head`): fine-tuning the personalized head of
     Eq. LossC, then L-BFGS on its biases, and the paper's adaptation ablation (GA by default)."""
 
-    lr: float = 0.05
+    learning_rate: float = 0.05
     """SGD's learning rate fine-tuning the personalized head (Sec. Training Setup: 0.05)."""
-    lbfgs_lr: float = 0.05
+    lbfgs_learning_rate: float = 0.05
     """L-BFGS's learning rate on the biases b (Sec. Training Setup: 0.05)."""
     lbfgs_max_iter: int = 10
     """L-BFGS iterations per cycle (Sec. Training Setup: 10)."""
     lbfgs_cycles: int = 5
     """L-BFGS cycles (Sec. Training Setup: 5); 0 skips the refinement."""
     lbfgs_line_search: str = "none"
-    """L-BFGS's step length (`LBFGS_LINE_SEARCHES`): "none", each step at `lbfgs_lr` (the
+    """L-BFGS's step length (`LBFGS_LINE_SEARCHES`): "none", each step at `lbfgs_learning_rate` (the
     paper's "learning rate"), or "strong-wolfe", a line search."""
     adaptation: str = "finetune-lbfgs"
     """The adaptation ablation (Table "adaptation", `ADAPTATIONS`), the head returned and its
