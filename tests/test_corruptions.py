@@ -1,7 +1,7 @@
 """Tests of pfedgm_app.data.corruptions against the CIFAR-10-C definitions
-(../shared/notes/cifar-c.md).
+(docs/corruptions.md).
 
-Expected constants are written out here again from the notes, so a typo in the module fails.
+Expected constants are written out here again from that page, so a typo in the module fails.
 """
 
 from __future__ import annotations

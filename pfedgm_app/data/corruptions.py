@@ -3,7 +3,7 @@
 Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and
 Perturbations", ICLR 2019. Constants are those of the authors' CIFAR-10-C generator
 (`make_cifar_c.py` in hendrycks/robustness), not the ImageNet-C ones; see
-../shared/notes/cifar-c.md. Everything is reimplemented in numpy and vectorized over the batch.
+docs/corruptions.md. Everything is reimplemented in numpy and vectorized over the batch.
 
 Conventions. Each per-corruption function takes float images in [0, 1] of shape (N, H, W, 3),
 a severity in 1..5 and a `numpy.random.Generator`, and returns floats in [0, 1] of that shape.

@@ -1,4 +1,4 @@
-"""The CIFAR-10-C constants (`make_cifar_c.py` in hendrycks/robustness, ../shared/notes/cifar-c.md),
+"""The CIFAR-10-C constants (`make_cifar_c.py` in hendrycks/robustness, docs/corruptions.md),
 one entry per severity 1..5, and the lookup every corruption makes through `level`."""
 
 from __future__ import annotations
