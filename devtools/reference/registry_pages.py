@@ -5,7 +5,7 @@ a moment and compare them with the files.
 
 from __future__ import annotations
 
-from pfedgm_app.methods import markdown_table
+from pfedgm_app.methods import markdown_table, run_config_keys
 from pfedgm_app.runconfig import presets
 
 from . import COMMAND, GENERATED
@@ -217,10 +217,38 @@ paper's are about 814). `num-supernodes` is the federation size the preset needs
 """
 
 
+# The paper's training hyperparameters (Sec. Training Setup), each with the keys that hold it;
+# the values are the keys' defaults. docs/flower-baseline.md shows this table.
+HYPERPARAMETERS = (
+    ("rounds", "num-server-rounds"),
+    ("participation q, local epochs, batch size", "fraction-train", "local-epochs", "batch-size"),
+    ("SGD learning rate, momentum, weight decay", "learning-rate", "momentum", "weight-decay"),
+    ("lambda (R_c's weight, and zeta's)", "lambda"),
+    ("Phase 2: epochs, SGD learning rate", "personal-epochs", "personal-learning-rate"),
+    ("Phase 2: L-BFGS learning rate, iterations, cycles", "lbfgs-learning-rate",
+     "lbfgs-max-iter", "lbfgs-cycles"),
+    ("pFedMe lambda, Ditto mu, FedPAC lambda", "pfedme-lambda", "ditto-mu", "fedpac-lambda"),
+    ("mu^0's standard deviation (the paper gives none; 0: 1/sqrt(d))", "navigator-std"),
+)  # fmt: skip
+
+
+def hyperparameters_page() -> str:
+    """docs/hyperparameters.md: the paper's training hyperparameters, the app's defaults."""
+    defaults = run_config_keys()
+    rows = [
+        f"| {label} | {', '.join(str(defaults[k]) for k in keys)} | "
+        f"{', '.join(f'`{k}`' for k in keys)} |"
+        for label, *keys in HYPERPARAMETERS
+    ]
+    header = "| hyperparameter | value | run-config keys |\n|---|---|---|"
+    return f"{GENERATED}\n\n" + "\n".join([header, *rows]) + "\n"
+
+
 def pages() -> dict[str, str]:
     """The pages that need no data: {file name: text}."""
     return {
         "run-config.md": run_config_page(),
         "methods.md": methods_page(),
         "presets.md": presets_page(),
+        "hyperparameters.md": hyperparameters_page(),
     }
