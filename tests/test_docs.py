@@ -104,19 +104,24 @@ CODE_FOLDERS = ("", *sorted({
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_file_a_page_names_exists(page):
-    """A file named in backquotes (`experiment.py`, `pfedgm_app/server/rounds.py`, `.ci/run.sh`) is
-    one of this project's: a rename or a removal that leaves a page behind fails here.
+    """A file named in backquotes (`experiment.py`, `pfedgm_app/server/rounds.py`, `.ci/run.sh`)
+    is one of this project's, and a `file.py:name` a function, class or assignment of it: a
+    rename or a removal that leaves a page behind fails here.
     Flower's own files, named by the upstream proposals (docs/upstream), are not ours."""
     if "upstream" in page.parts:
         pytest.skip("names Flower's files")
-    named = re.findall(r"`([\w./-]+\.(?:py|sh|toml))(?::\w+)?`", page.read_text())
-    missing = [
-        name
-        for name in named
-        if not any((ROOT / folder / name).exists() for folder in CODE_FOLDERS)
-        and not (page.parent / name).exists()
-    ]
+    named = re.findall(r"`([\w./-]+\.(?:py|sh|toml))(?::(\w+))?`", page.read_text())
+    missing, undefined = [], []
+    for name, symbol in named:
+        found = [ROOT / folder / name for folder in CODE_FOLDERS] + [page.parent / name]
+        path = next((p for p in found if p.exists()), None)
+        if path is None:
+            missing.append(name)
+        elif symbol and not re.search(rf"^\s*(def|class)\s+{symbol}\b|^{symbol}\s*[:=]",
+                                      path.read_text(), flags=re.M):  # fmt: skip
+            undefined.append(f"{name}:{symbol}")
     assert not missing, f"{page.relative_to(ROOT)} names files that do not exist: {missing}"
+    assert not undefined, f"{page.relative_to(ROOT)} names what its file lacks: {undefined}"
 
 
 def test_the_readme_is_a_door():
