@@ -1,7 +1,6 @@
 """A device's personalized model on its own disk: what the personalize round evaluated, saved
-by the ClientApp (`save`) and read back without pickle (`load`; `python -m
-pfedgm_app.client.predict` uses it). It never leaves the device: the personalize reply
-carries metrics only.
+by the ClientApp (`save`) and read back without pickle (`load`, as `predict` does). It never
+leaves the device: the personalize reply carries metrics only.
 
 A model file is safetensors: every parameter and buffer of the evaluated `Model` (the generator
 for its image shape, then a head of one of the `HEADS` kinds) and three metadata strings:
@@ -98,10 +97,7 @@ def head_kind(head: nn.Module) -> str:
     """The `HEADS` kind of `head` (by its exact class)."""
     if kind := next((k for k, declared in HEADS.items() if type(head) is declared.cls), None):
         return kind
-    raise TypeError(
-        f"no head kind for {type(head).__name__}: declare it in "
-        "pfedgm_app.client.personal_model.HEADS"
-    )
+    raise TypeError(f"no head kind for {type(head).__name__}: declare it in personal_model.HEADS")
 
 
 def tensors_of(model: nn.Module) -> Tensors:
