@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_app.records.run_folder import FORMAT_VERSION, RunFolder
 from pfedgm_cli.flwr_cli import run_app, run_config_arg
 from pfedgm_cli.superlink import stop_local_superlink, superlink_tree
 
@@ -140,7 +140,9 @@ def fake_flwr(tmp_path, monkeypatch):
     def play(timeout: float = 60, **plan):
         plan = {"stream": "follows", "rows": 5, "start": "at-once", **plan}
         plan |= {"rounds": str(out.rounds), "summary": str(out.summary)}
-        plan["summary-text"] = json.dumps({"method": "fedavg", "mean-accuracy": 50.0})
+        plan["summary-text"] = json.dumps(
+            {"method": "fedavg", "mean-accuracy": 50.0, "format-version": FORMAT_VERSION}
+        )
         (state / "plan.json").write_text(json.dumps(plan))
         env = {**os.environ, "FAKE_FLWR_STATE": str(state)}
         run = run_app({"output-dir": str(out.path)}, 2, env, timeout=timeout)
