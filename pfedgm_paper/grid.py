@@ -16,6 +16,7 @@ from typing import Any
 
 from pfedgm_app.methods import METHODS
 from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_app.runconfig.common import AGGREGATIONS
 from pfedgm_app.runconfig.presets import PRESETS
 
 PAPER_ROUNDS = 200  # "all methods are trained for 200 global communication rounds"
@@ -161,6 +162,15 @@ PHASE2 = tuple(
     )
 )
 
+# What each aggregator and clipping costs an honest run (docs/robustness.md): pFedGM at the
+# paper's protocol with every server-side defence of `aggregation`, and without clipping, the
+# default (mean, clip-ratio 10) last; run with `--rounds 50` or more.
+AGGREGATION = (
+    *(_variant(f"agg-{a}", f"pFedGM, {a}", aggregation=a) for a in AGGREGATIONS if a != "mean"),
+    _variant("clip-off", "pFedGM, mean, no clipping", **{"clip-ratio": 0.0}),
+    Row("pfedgm", "pFedGM, mean, clip-ratio 10 (default)", "pfedgm", {"method": "pfedgm"}),
+)
+
 # One Table per entry: (name, caption, columns, rows[, kind])
 # fmt: off
 TABLES: dict[str, Table] = {t.name: t for t in (
@@ -199,6 +209,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           FINALISTS),
     Table("navigator-std", "The navigator's scale at 200 rounds: validation accuracy (%)",
           ("cifar100-dir05", "cifar100-dir01"), NAVIGATOR_STD),
+    Table("aggregation", "Each aggregator's and clipping's honest cost: test accuracy (%)",
+          ("cifar10-dir05", "cifar100-dir05"), AGGREGATION),
     Table("phase2", "Phase 2's budget from a kept model: validation accuracy (%)",
           ("cifar100-dir05", "cifar100-dir01"), PHASE2),
     # The navigator's initial scale at 30 rounds (docs/notes/navigator-init.md): mu^0 from

@@ -17,6 +17,7 @@ import pytest
 from devtools import migrate_records
 from pfedgm_app.methods import METHODS
 from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_app.runconfig.common import AGGREGATIONS
 from pfedgm_app.runconfig.presets import PRESETS
 from pfedgm_paper import cli, grid, render
 from pfedgm_paper.cells import curve, read_cell
@@ -456,3 +457,11 @@ def test_collected_records_name_no_absolute_path_and_the_committed_ones_neither(
     records = [p for p in (ROOT / "results").rglob("*.json")]
     absolute = [str(p) for p in records if '": "/' in p.read_text()]
     assert records and not absolute, absolute[:3]
+
+
+def test_the_aggregation_table_runs_every_aggregator_and_no_clipping_beside_the_default():
+    rows = TABLES["aggregation"].rows
+    aggregations = {row.keys.get("aggregation", "mean") for row in rows}
+    assert aggregations == set(AGGREGATIONS)
+    assert [row.keys for row in rows if row.keys.get("clip-ratio") == 0.0]
+    assert rows[-1].keys == {"method": "pfedgm"}  # the default, which the others pair with
