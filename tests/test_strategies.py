@@ -169,6 +169,19 @@ def test_pfedgm_drops_non_positive_covariance():
     np.testing.assert_allclose(arrays["head.A"].numpy(), [2.0])
 
 
+@pytest.mark.parametrize("average", ["precision", "covariance"])
+def test_pfedgm_drops_a_precision_whose_variance_passes_the_value_bound(average):
+    """A = 1e-30 from one client of three: under the covariance reading its variance, 1e30,
+    would make the global A about 3e-30; it is dropped, and A stays the others' mean."""
+    current = _arrays(**{"head.A": [1.0]})
+    replies = [
+        _reply(i, _arrays(**{"head.A": [a]}), 1) for i, a in ((1, 2.0), (2, 1.0), (3, 1e-30))
+    ]
+    arrays, _ = _aggregate(PFedGM(covariance_average=average), current, replies)
+    expect = 1.5 if average == "precision" else 1 / (0.5 / 2.0 + 0.5 / 1.0)
+    np.testing.assert_allclose(arrays["head.A"].numpy(), [expect], rtol=1e-6)
+
+
 def test_keys_kept_local_keep_their_global_value():
     current = _arrays(body=[1.0], head=[5.0])
     arrays, _ = _aggregate(PersonalizedFedAvg(), current, [_reply(1, _arrays(body=[3.0]), 1)])

@@ -27,6 +27,7 @@ from pfedgm_app.runconfig.readings import BIAS_AVERAGES, COVARIANCE_AVERAGES, ch
 #   default); "mixture", the log of the mean of exp(b_k) = pi_k / |S_k|^(1/2), i.e. averaging
 #   the mixture weights pi_k (at equal S_k) rather than their logarithms
 #   (`readings.COVARIANCE_AVERAGES`, `readings.BIAS_AVERAGES`).
+from .contract import MAX_ABS_VALUE
 from .personalized_fedavg import PersonalizedFedAvg
 
 
@@ -95,8 +96,15 @@ class PFedGM(PersonalizedFedAvg):
         return super().aggregate_problem(arrays) or self._covariance_problem(arrays)
 
     def _covariance_problem(self, record: ArrayRecord) -> str | None:
-        """nu (the diagonal precision A) must stay positive."""
+        """nu (the diagonal precision A) must stay positive, and its reciprocal (the variance,
+        which the covariance reading averages) within the value bound every array keeps: a
+        precision of 1e-30 would otherwise outweigh every other client's in that mean."""
         for key in self.covariance_keys:
-            if key in record and not (np.asarray(record[key].numpy()) > 0).all():
+            if key not in record:
+                continue
+            values = np.asarray(record[key].numpy())
+            if not (values > 0).all():
                 return f"covariance '{key}' has non-positive entries"
+            if values.size and values.min() < 1 / MAX_ABS_VALUE:
+                return f"covariance '{key}' has entries below {1 / MAX_ABS_VALUE:g}"
         return None
