@@ -21,9 +21,9 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import tomllib
 from pathlib import Path
 
+from devtools.clientapp_variant import clientapp_variant
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_cli.flwr_calls import offline_env
 from pfedgm_cli.flwr_cli import run_app
@@ -59,19 +59,6 @@ def personalize(msg, context):
 """
 
 
-def late_app(folder: Path, sleep: float) -> Path:
-    """The app's pyproject with the late ClientApp as its component, in `folder`."""
-    text = (ROOT / "pyproject.toml").read_text()
-    text = text.replace('name = "pfedgm-app"', 'name = "pfedgm-late"')
-    text = text.replace('clientapp = "pfedgm_app.client_app:app"', 'clientapp = "late:app"')
-    text = text.replace('fab-include = ["pfedgm_app/**/*.py"]', 'fab-include = ["late.py"]')
-    assert tomllib.loads(text)["tool"]["flwr"]["app"]["components"]["clientapp"] == "late:app"
-    folder.mkdir()
-    (folder / "pyproject.toml").write_text(text)
-    (folder / "late.py").write_text(LATE_CLIENT.replace("SLEEP", repr(sleep)))
-    return folder
-
-
 def round_seconds(output_dir: Path) -> list[tuple[float, int]]:
     """(wall seconds, late replies) of each training round."""
     return [(r["seconds"], r.get("replies-late", 0)) for r in RunFolder(output_dir).read_rounds()]
@@ -102,9 +89,10 @@ def main() -> None:
             # a first run decodes and caches the clients' data: a warm-up, not measured
             warm = {**run_config, "num-server-rounds": 1, "output-dir": str(Path(tmp) / "warm")}
             run_app(warm, args.nodes, env, cpus_per_client=cpus, timeout=3600)
+            late_source = LATE_CLIENT.replace("SLEEP", repr(args.sleep))
             for name, app_dir in (
                 ("honest", ROOT),
-                ("late", late_app(Path(tmp) / "late-app", args.sleep)),
+                ("late", clientapp_variant(Path(tmp) / "late-app", "late", late_source)),
             ):
                 out = Path(tmp) / name
                 run = run_app(

@@ -18,7 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pfedgm_app.records.run_folder import FORMAT_VERSION, VERSION, RunFolder
+from pfedgm_app.records.run_folder import (
+    FORMAT_VERSION,
+    VERSION,
+    RunFolder,
+    in_percent,
+    is_accuracy,
+)
 
 # Version 1's summary.json keys (top level and `accuracy_by_type`'s entries); the other keys
 # (`method`, `rounds`, `failures`, ...) and the names of client types are the same in both.
@@ -50,7 +56,7 @@ def clients_v2(path: Path) -> None:
         fields, rows = reader.fieldnames or [], list(reader)
     for row in rows:
         for k, v in row.items():
-            if k.startswith("acc") and v not in ("", None):
+            if is_accuracy(k) and v not in ("", None):
                 row[k] = repr(100 * float(v))
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
@@ -64,10 +70,7 @@ def migrate(folder: Path) -> bool:
     if run.format_version >= 2:
         return False
     summary = json.loads(run.summary.read_text()) if run.summary.exists() else None
-    before = [
-        {k: 100 * v if k.startswith("acc") else v for k, v in row.items()}
-        for row in (_rows(run.clients) if run.clients.exists() else [])
-    ]
+    before = [in_percent(row) for row in (_rows(run.clients) if run.clients.exists() else [])]
     if run.config.exists():
         run.write_config(json.loads(run.config.read_text()))
     if summary is not None:

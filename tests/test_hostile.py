@@ -8,15 +8,13 @@ partitions 0 and 1 then tamper with (as an outdated or malicious client would).
 from __future__ import annotations
 
 import re
-import tomllib
-from pathlib import Path
 
 import pytest
 
+from devtools.clientapp_variant import clientapp_variant
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_cli.flwr_cli import run_app
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.e2e
 
 HOSTILE_CLIENT = """
@@ -72,26 +70,14 @@ RUN = {"method": "fedavg", "num-server-rounds": 2, "fraction-train": 1.0, "local
        "pool-size": 1200, "client-threads": 1}  # fmt: skip
 
 
-def hostile_app(folder: Path) -> Path:
-    """The app's pyproject with the hostile ClientApp as its component."""
-    text = (ROOT / "pyproject.toml").read_text()
-    text = text.replace('name = "pfedgm-app"', 'name = "pfedgm-hostile"')
-    text = text.replace('clientapp = "pfedgm_app.client_app:app"', 'clientapp = "hostile:app"')
-    text = text.replace('fab-include = ["pfedgm_app/**/*.py"]', 'fab-include = ["hostile.py"]')
-    assert tomllib.loads(text)["tool"]["flwr"]["app"]["components"]["clientapp"] == "hostile:app"
-    folder.mkdir()
-    (folder / "pyproject.toml").write_text(text)
-    (folder / "hostile.py").write_text(HOSTILE_CLIENT)
-    return folder
-
-
 def test_hostile_clients_neither_end_the_run_nor_enter_its_numbers(flower_env, tmp_path, mnist):
     """5 SuperNodes, 4 of them hostile: the run completes, summary.json names each dropped
     node and why, the records are the server's, and the honest clients' accuracy stays within
     15 points of a run whose clients are all honest (a model taken over falls to chance)."""
     cfg = {**RUN, "dataset": str(mnist)}
+    app_dir = clientapp_variant(tmp_path / "app", "hostile", HOSTILE_CLIENT)
     hostile = run_app({**cfg, "output-dir": str(tmp_path / "hostile")}, 5, flower_env,
-                      app_dir=hostile_app(tmp_path / "app"))  # fmt: skip
+                      app_dir=app_dir)  # fmt: skip
     assert hostile.ok, hostile.log[-3000:]
     rows = {int(r["partition-id"]): r for r in RunFolder(hostile.output_dir).read_clients()}
     assert sorted(rows) == [1, 2, 3, 4]  # partition 0's accuracy of 1.5 is not a client's row
