@@ -160,11 +160,20 @@ def test_flowers_krum_family_leaves_out_two_colluders_of_six():
 
 def test_a_round_of_one_or_two_replies_is_clipped_against_the_last_rounds():
     """No median of its own with fewer than 3 replies: the last rounds' median norm bounds
-    it, so a x1e5 update among two is scaled down; with no history yet it is used as sent."""
+    it, so a x1e5 update among two is scaled down. Before any such round two replies are
+    bounded by the smaller norm (the larger cannot raise its own bound) and a lone one is used
+    as sent."""
     current = _arrays(w=[0.0, 0.0])
     strategy = PersonalizedFedAvg(clip_ratio=10.0)
     fresh, _ = _aggregate(strategy, current, [_reply(1, _arrays(w=[1e5, 1e5]), 10)])
     assert fresh["w"].numpy()[0] == 1e5  # nothing to compare with
+    pair = [_reply(1, _arrays(w=[1.0, 1.0]), 10), _reply(2, _arrays(w=[1e5, 1e5]), 10)]
+    first, metrics = _aggregate(PersonalizedFedAvg(clip_ratio=10.0), current, pair)
+    assert metrics["updates-clipped"] == 1
+    np.testing.assert_allclose(first["w"].numpy(), [5.5, 5.5], rtol=1e-6)  # (1 + 10) / 2
+    honest_pair = [_reply(1, _arrays(w=[1.0, 1.0]), 10), _reply(2, _arrays(w=[3.0, 3.0]), 10)]
+    _, metrics = _aggregate(PersonalizedFedAvg(clip_ratio=10.0), current, honest_pair)
+    assert metrics["updates-clipped"] == 0
     _aggregate(strategy, current, [_reply(n, _arrays(w=[1.0, 1.0]), 10) for n in (1, 2, 3)])
     two = [_reply(1, _arrays(w=[1.0, 1.0]), 10), _reply(2, _arrays(w=[1e5, 1e5]), 10)]
     arrays, metrics = _aggregate(strategy, current, two)

@@ -7,8 +7,10 @@ round, then a weighted mean, a trimmed mean or a coordinate-wise median (numpy +
   default ratio (the largest ratio of each round is in `rounds.jsonl`), and an update under
   the bound is used as sent, to the last bit.
 - With fewer than 3 replies a round has no median of its own: the bound is then taken from
-  the median norms of the last rounds that had one (`NORM_HISTORY`), so that one or two
-  replies are never used unbounded.
+  the median norms of the last rounds that had one (`NORM_HISTORY`); before any such round,
+  two replies are bounded by the smaller of their norms (a large update cannot raise its own
+  bound; a tiny one can only hold the round back, clipped and named), and a lone reply is
+  used as sent (nothing to compare it with).
 - `AGGREGATIONS`: "mean" weighs each reply by its weight (FedAvg); "trimmed-mean" and
   "median" are Flower's `FedTrimmedAvg` and `FedMedian` per coordinate (unweighted, as
   Flower's), `trimmed-mean` cutting `trim_fraction` of the replies at each end; "krum",
@@ -44,7 +46,8 @@ def clip_updates(
     indices of those clipped, the largest norm / median ratio). Norms over the keys each
     record shares with `current`. `history` (updated in place) holds the median norms of the
     last `NORM_HISTORY` rounds of at least 3 records: a round of fewer takes its median as
-    the median, and with no history yet is used unchanged."""
+    the median; with no history yet, two records take the smaller norm and one is used
+    unchanged."""
     history = [] if history is None else history
     if current is None or not records or not clip_ratio:
         return records, [], 0.0
@@ -58,6 +61,8 @@ def clip_updates(
         history[:] = [*history, median][-NORM_HISTORY:]
     elif history:
         median = float(np.median(history))
+    elif len(records) == 2:
+        median = min(norms)
     else:
         return records, [], 0.0
     if median == 0:
