@@ -1,18 +1,21 @@
 """Same numbers before and after a change: every method once at a tiny size, then a diff.
 
-    PYTHONPATH=/abs/tree-before python devtools/same_numbers.py run /abs/out/before
-    PYTHONPATH=/abs/tree-after  python devtools/same_numbers.py run /abs/out/after
+    PYTHONPATH=/abs/tree-before python devtools/same_numbers.py run /abs/out/before [KEY=VALUE]
+    PYTHONPATH=/abs/tree-after  python devtools/same_numbers.py run /abs/out/after [KEY=VALUE]
     python devtools/same_numbers.py compare /abs/out/before /abs/out/after
 
 `run` trains each registered method of the tree on PYTHONPATH (2 rounds, 4 MNIST clients,
 1 local epoch, a 600-image pool) with the in-process driver and keeps its `clients.csv` and
-`rounds.jsonl`; `compare` prints, per method, whether the per-client results are identical
-and exits 1 when any differs. A refactor must change no number.
+`rounds.jsonl` (`KEY=VALUE` arguments, TOML values, override those keys: `fraction-train=1.0`
+gives every round 4 replies, enough for the checks that need 3); `compare` prints, per
+method, whether the per-client results are identical and exits 1 when any differs. A
+refactor must change no number.
 """
 
 from __future__ import annotations
 
 import sys
+import tomllib
 from pathlib import Path
 
 from pfedgm_app.records.run_folder import RunFolder
@@ -32,7 +35,7 @@ TINY = {
 }
 
 
-def run(out: Path) -> None:
+def run(out: Path, overrides: dict | None = None) -> None:
     from pfedgm_app.methods import METHODS
     from pfedgm_engine.inprocess import run_inprocess
 
@@ -40,7 +43,8 @@ def run(out: Path) -> None:
     for method in METHODS:
         target = out / method
         if not RunFolder(target).clients.exists():
-            cfg = {**TINY, "method": method, "dataset": str(data), "output-dir": str(target)}
+            cfg = {**TINY, **(overrides or {}), "method": method, "dataset": str(data),
+                   "output-dir": str(target)}  # fmt: skip
             run_inprocess(cfg, 4)
         print(method, "done", flush=True)
 
@@ -64,8 +68,12 @@ def compare(before: Path, after: Path) -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["run"] and len(sys.argv) == 3:
-        run(Path(sys.argv[2]).resolve())
+    if sys.argv[1:2] == ["run"] and len(sys.argv) >= 3 and all("=" in a for a in sys.argv[3:]):
+        keys = dict(a.split("=", 1) for a in sys.argv[3:])
+        run(
+            Path(sys.argv[2]).resolve(),
+            {k: tomllib.loads(f"v = {v}")["v"] for k, v in keys.items()},
+        )
     elif sys.argv[1:2] == ["compare"] and len(sys.argv) == 4:
         sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3])))
     else:

@@ -268,6 +268,37 @@ def test_replies_that_move_a_round_beyond_one_clients_worth_are_named():
     assert metrics["update-pull-min"] < -5 and strategy.round_suspects(2) == []
 
 
+def test_an_update_pulling_back_beyond_one_clients_worth_is_scaled_to_the_pull_bound():
+    """A sign-flipped step 9 times as long (inside the norm clip) pulls back several typical
+    lengths: it is scaled until it pulls back exactly `pull_bound`, its direction kept, and
+    named; the honest updates are used as sent, to the last bit. pull_bound 0: as sent."""
+    rng = np.random.default_rng(3)
+    direction = rng.normal(0, 1.0, 400)
+    current = _arrays(w=np.zeros(400))
+    updates = [*_honest(rng, direction, 5), -9 * direction]
+    replies = [_reply(i + 1, _arrays(w=u), 100) for i, u in enumerate(updates)]
+    bounded = PersonalizedFedAvg()
+    arrays, metrics = _aggregate(bounded, current, replies)
+    assert metrics["updates-pull-bounded"] == 1 and metrics["update-pull-min"] < -5
+    assert "scaled to the pull bound" in bounded.round_suspects(1)[0]
+    from pfedgm_app.strategies.robust import bound_pulls
+    from pfedgm_app.strategies.suspects import flat_updates, pulls
+
+    records = [{"w": u.astype(np.float32)} for u in updates]
+    out, which, before = bound_pulls(records, current, 1.0)
+    assert which == [5] and before[5] < -5
+    after = pulls(flat_updates(out, {"w": np.zeros(400)}))
+    assert after[5] == pytest.approx(-1.0, rel=1e-5)
+    scale = out[5]["w"] / updates[5]
+    np.testing.assert_allclose(scale, scale[0], rtol=1e-5)  # its direction kept
+    assert all(out[i]["w"].tobytes() == records[i]["w"].tobytes() for i in range(5))
+    untouched, none, _ = bound_pulls(records, current, 0.0)
+    assert none == [] and untouched[5]["w"].tobytes() == records[5]["w"].tobytes()
+    plain, _ = _aggregate(PersonalizedFedAvg(pull_bound=0.0), current, replies)
+    push = [float(a["w"].numpy().astype(np.float64) @ direction) for a in (arrays, plain)]
+    assert push[0] > 0 > push[1]  # the mean moves along the honest direction only when bounded
+
+
 def test_honest_heterogeneous_updates_name_no_suspect():
     """Clients of a common direction with noise as large as it, sizes 20 to 2000 as reported:
     no reply named, every update pushing along the others' consensus."""

@@ -125,6 +125,9 @@ class RunConfig(Settings):
     clip_ratio: float = at_least(0, 10.0, at_most=1e6, doc="an update whose norm exceeds this "
         "many times the round's median update norm is scaled down to it (0: no clipping; at "
         "least 3 replies)")
+    pull_bound: float = at_least(0, 1.0, at_most=1e6, doc="an update that pulls against the "
+        "others' consensus by more than this many typical update lengths is scaled down to "
+        "pull that much (0: no bound; at least 3 replies)")
     weight_ratio: float = above(0, 20.0, at_most=1e6, doc="a client counts at most this many "
         "times the median size the clients reported at query (its weight in the mean, its test "
         "size in the personalized mean)")

@@ -222,6 +222,7 @@ def build_strategy(
         weight_ratio=cfg.weight_ratio,
         share_ratio=cfg.share_ratio,
         clip_ratio=cfg.clip_ratio,
+        pull_bound=cfg.pull_bound,
         aggregation=cfg.aggregation,
         trim_fraction=cfg.trim_fraction,
         byzantine_nodes=cfg.byzantine_nodes,

@@ -31,7 +31,14 @@ from .admission import ReplyAdmission
 from .contract import arrays_problem
 from .personalization_result import PersonalizationResult, collect
 from .probe import missing_handler
-from .robust import AGGREGATIONS, clip_updates, combine, merge_arrays, weighted_mean
+from .robust import (
+    AGGREGATIONS,
+    bound_pulls,
+    clip_updates,
+    combine,
+    merge_arrays,
+    weighted_mean,
+)
 from .sampling import sample_nodes, wait_for_nodes
 from .suspects import MAX_RECORDED, SuspectNaming
 
@@ -64,8 +71,9 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
       reported sizes (`weight_bound`), and unless the server computed the node's sizes
       (`exact_sizes`), at most `share_ratio` times the round's typical weight, in the average
       and the headline (`share_capped`); the metrics of `metric_keys` only; replies at most
-      twice the model's bytes; updates norm-clipped at `clip_ratio` times the round's median
-      and combined by `aggregation` (`robust`). `dropped` lists the replies dropped,
+      twice the model's bytes; updates norm-clipped at `clip_ratio` times the round's median,
+      scaled to pull against the others by at most `pull_bound` typical update lengths, and
+      combined by `aggregation` (`robust`). `dropped` lists the replies dropped,
       `suspects` those used that moved a round more than one client's worth.
 
     Run it with Flower's `start`, or call `configure_train` / `aggregate_train` with the true
@@ -88,6 +96,7 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         share_ratio: float = 0.0,
         metric_keys: Collection[str] | None = None,
         clip_ratio: float = 10.0,
+        pull_bound: float = 1.0,
         aggregation: str = "mean",
         trim_fraction: float = 0.2,
         byzantine_nodes: int = 1,
@@ -102,7 +111,7 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         self.metric_keys = frozenset(
             self.default_metric_keys if metric_keys is None else metric_keys
         )
-        self.clip_ratio, self.aggregation = clip_ratio, aggregation
+        self.clip_ratio, self.pull_bound, self.aggregation = clip_ratio, pull_bound, aggregation
         self.trim_fraction, self.byzantine_nodes = trim_fraction, byzantine_nodes
         self.norms: list[float] = []  # the last rounds' median update norms (`clip_updates`)
         self.sampled: dict[int, set[int]] = {}  # round -> the nodes its messages went to
@@ -229,10 +238,12 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
             for m in used
         ]
         records, clipped, ratio = clip_updates(records, current, self.clip_ratio, self.norms)
-        pulled = self.name_suspects(server_round, used, weights, records, clipped, current)
+        records, bounded, pulled = bound_pulls(records, current, self.pull_bound)
+        self.name_suspects(server_round, used, weights, clipped, bounded, pulled)
         update = combine(weights, records, self.aggregation, self.trim_fraction,
                          self.average_transform(), self.byzantine_nodes)  # fmt: skip
-        counts.update({"updates-clipped": len(clipped), "update-norm-ratio-max": ratio})
+        counts.update({"updates-clipped": len(clipped), "update-norm-ratio-max": ratio,
+                       "updates-pull-bounded": len(bounded)})  # fmt: skip
         counts.update({"update-pull-min": min(pulled)} if pulled else {})
         if update is None:  # Flower's Bulyan: fewer than 4f + 3 replies
             few = f"{len(used)} replies, too few for {self.aggregation} with f = "

@@ -11,6 +11,12 @@ round, then a weighted mean, a trimmed mean or a coordinate-wise median (numpy +
   two replies are bounded by the smaller of their norms (a large update cannot raise its own
   bound; a tiny one can only hold the round back, clipped and named), and a lone reply is
   used as sent (nothing to compare it with).
+- Pull bounding (direction, not only size): an update that pulls against the round's
+  consensus (`suspects.pulls`: its projection on the coordinate-wise median of the other
+  updates, in typical update lengths) by more than `pull_bound` is scaled down until it pulls
+  exactly that much, so that no client takes back more than about one client's push. Honest
+  updates pull back by at most half a typical length (docs/robustness.md); a sign-flipped
+  step 9 times as long pulls back 2 to 10, inside the norm clip.
 - `AGGREGATIONS`: "mean" weighs each reply by its weight (FedAvg); "trimmed-mean" and
   "median" are Flower's `FedTrimmedAvg` and `FedMedian` per coordinate (unweighted, as
   Flower's), `trimmed-mean` cutting `trim_fraction` of the replies at each end; "krum",
@@ -29,6 +35,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord
 
 from pfedgm_app.runconfig.common import AGGREGATIONS
+
+from .suspects import flat_updates, pulls
 
 Transforms = Mapping[str, tuple[Callable, Callable]]
 
@@ -70,13 +78,33 @@ def clip_updates(
     bound, clipped, out = clip_ratio * median, [], []
     for i, (record, norm) in enumerate(zip(records, norms, strict=True)):
         if norm > bound:
-            scale = bound / norm
-            record = {
-                k: (sent[k] + scale * (v - sent[k])).astype(v.dtype) for k, v in record.items()
-            }
+            record = scaled(record, sent, bound / norm)
             clipped.append(i)
         out.append(record)
     return out, clipped, max(norms) / median
+
+
+def bound_pulls(
+    records: list[dict[str, np.ndarray]], current: ArrayRecord | None, pull_bound: float
+) -> tuple[list[dict[str, np.ndarray]], list[int], list[float]]:
+    """(records with every update that pulls below -`pull_bound` scaled down to pull exactly
+    that much, the indices of those bounded, every update's pull as sent). With fewer than 3
+    records there is no consensus: no pulls. `pull_bound` 0: pulls measured, none bounded."""
+    if current is None or len(records) < 3:
+        return records, [], []
+    sent = {k: v.numpy() for k, v in current.items()}
+    pulled = pulls(flat_updates(records, sent))
+    if not pull_bound:
+        return records, [], pulled
+    bounded = [i for i, pull in enumerate(pulled) if pull < -pull_bound]
+    out = [scaled(r, sent, pull_bound / -pulled[i]) if i in bounded else r
+           for i, r in enumerate(records)]  # fmt: skip
+    return out, bounded, pulled
+
+
+def scaled(record: dict[str, np.ndarray], sent: dict[str, np.ndarray], scale: float) -> dict:
+    """`record`'s update from `sent` times `scale`, each array in its own dtype."""
+    return {k: (sent[k] + scale * (v - sent[k])).astype(v.dtype) for k, v in record.items()}
 
 
 def combine(

@@ -21,7 +21,7 @@ once; the run names every one, so that a result moved by them is never reported 
 from __future__ import annotations
 
 import numpy as np
-from flwr.app import ArrayRecord, Message
+from flwr.app import Message
 
 MAX_RECORDED = 1000  # entries of a strategy's `dropped` and `suspects` kept for the summary
 OPPOSED_PULL = -1.0  # an update that undoes more than one typical client's push is named
@@ -73,15 +73,13 @@ class SuspectNaming:
         server_round: int,
         used: list[Message],
         weights: list[float],
-        records: list[dict],
         clipped: list[int],
-        current: ArrayRecord | None,
-    ) -> list[float]:
+        bounded: list[int],
+        pulled: list[float],
+    ) -> None:
         """Name in `suspects` ("round r: node n: why") each reply that moved the round more
-        than one client's worth (`suspects.py`): its weight capped, its update clipped or
-        pulling against the round's (`pulls`); returns the updates' pulls."""
-        sent = {k: v.numpy() for k, v in (current or ArrayRecord()).items()}
-        pulled = pulls(flat_updates(records, sent)) if sent and len(records) >= 3 else []
+        than one client's worth: its weight capped, its update clipped, or pulling against the
+        round's consensus (`pulled`, as `pulls` measured it; `bounded`: scaled to the bound)."""
         for i, msg in enumerate(used):
             why = []
             if (claim := self._claim(msg)) > weights[i]:
@@ -90,10 +88,11 @@ class SuspectNaming:
                 why.append("update clipped to the round's norm bound")
             if pulled and pulled[i] < OPPOSED_PULL:
                 why.append(f"update pulls against the others' consensus ({pulled[i]:.1f} clients)")
+            if i in bounded:
+                why.append("scaled to the pull bound")
             if why and len(self.suspects) < MAX_RECORDED:
                 node = msg.metadata.src_node_id
                 self.suspects.append(f"round {server_round}: node {node}: {'; '.join(why)}")
-        return pulled
 
     def round_suspects(self, server_round: int) -> list[str]:
         """The `suspects` entries of `server_round`."""
