@@ -162,13 +162,18 @@ PHASE2 = tuple(
     )
 )
 
-# What each aggregator and clipping costs an honest run (docs/robustness.md): pFedGM at the
-# paper's protocol with every server-side defence of `aggregation`, and without clipping, the
-# default (mean, clip-ratio 10) last; run with `--rounds 50` or more.
+# What each aggregator, norm clip and pull bound costs an honest run (docs/robustness.md):
+# pFedGM at the paper's protocol with every server-side defence of `aggregation`, without
+# clipping, with a clip of 3 (near one client's worth: no MNIST round of honest clients reaches
+# 2, a tenth to a quarter of the r200 rounds pass 3) and without the pull bound, the default
+# (mean, clip-ratio 10, pull-bound 1) last; run with `--rounds 50` or more.
 AGGREGATION = (
     *(_variant(f"agg-{a}", f"pFedGM, {a}", aggregation=a) for a in AGGREGATIONS if a != "mean"),
     _variant("clip-off", "pFedGM, mean, no clipping", **{"clip-ratio": 0.0}),
-    Row("pfedgm", "pFedGM, mean, clip-ratio 10 (default)", "pfedgm", {"method": "pfedgm"}),
+    _variant("clip-3", "pFedGM, mean, clip-ratio 3", **{"clip-ratio": 3.0}),
+    _variant("pull-off", "pFedGM, mean, no pull bound", **{"pull-bound": 0.0}),
+    Row("pfedgm", "pFedGM, mean, clip-ratio 10, pull-bound 1 (default)", "pfedgm",
+        {"method": "pfedgm"}),
 )
 
 # One Table per entry: (name, caption, columns, rows[, kind])

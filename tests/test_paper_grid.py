@@ -459,9 +459,10 @@ def test_collected_records_name_no_absolute_path_and_the_committed_ones_neither(
     assert records and not absolute, absolute[:3]
 
 
-def test_the_aggregation_table_runs_every_aggregator_and_no_clipping_beside_the_default():
+def test_the_aggregation_table_runs_every_aggregator_and_each_bound_off_beside_the_default():
     rows = TABLES["aggregation"].rows
     aggregations = {row.keys.get("aggregation", "mean") for row in rows}
     assert aggregations == set(AGGREGATIONS)
     assert [row.keys for row in rows if row.keys.get("clip-ratio") == 0.0]
+    assert [row.keys for row in rows if row.keys.get("pull-bound") == 0.0]
     assert rows[-1].keys == {"method": "pfedgm"}  # the default, which the others pair with
