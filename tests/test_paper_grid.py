@@ -21,7 +21,7 @@ from pfedgm_app.runconfig.common import AGGREGATIONS
 from pfedgm_app.runconfig.presets import PRESETS
 from pfedgm_paper import cli, grid, render
 from pfedgm_paper.cells import curve, read_cell
-from pfedgm_paper.grid import TABLES, Run, runs
+from pfedgm_paper.grid import TABLES, VALIDATION, Run, runs
 from pfedgm_paper.published import PUBLISHED
 from pfedgm_paper.runner import Engine, run_grid
 
@@ -465,4 +465,5 @@ def test_the_aggregation_table_runs_every_aggregator_and_each_bound_off_beside_t
     assert aggregations == set(AGGREGATIONS)
     assert [row.keys for row in rows if row.keys.get("clip-ratio") == 0.0]
     assert [row.keys for row in rows if row.keys.get("pull-bound") == 0.0]
-    assert rows[-1].keys == {"method": "pfedgm"}  # the default, which the others pair with
+    assert rows[-1].keys == {"method": "pfedgm", **VALIDATION}  # the default, paired with all
+    assert all(row.keys["validation-fraction"] > 0 for row in rows)  # never the test sets
