@@ -412,7 +412,7 @@ def test_fedpac_honest_heterogeneous_round_is_the_plain_formula():
 @pytest.mark.parametrize("factor", [2.5, 1e3])
 def test_fedpac_clips_a_prototype_far_beyond_the_round_s_and_keeps_one_near_it(factor):
     """A class mean `factor` times the round's median norm: at 2.5x it is used as sent; at
-    1e3x it is scaled down to `clip_ratio` (10) times that median, its direction kept, the
+    1e3x it is scaled down to `clip_ratio` (4) times that median, its direction kept, the
     reply still used (its generator is averaged before the round's scale is known)."""
     rng = np.random.default_rng(3)
     sent = {n: _honest_fedpac(rng, 400, K=3, d=4) for n in (1, 2, 3, 4)}
@@ -425,10 +425,11 @@ def test_fedpac_clips_a_prototype_far_beyond_the_round_s_and_keeps_one_near_it(f
     strategy = _fedpac_run(sent)
     assert strategy.dropped == [] and set(strategy.heads) == {1, 2, 3, 4}
     used = {n: {**e, "protos": e["protos"].copy()} for n, e in sent.items()}
-    if factor > 10:
-        used[4]["protos"][1] = far / np.linalg.norm(far) * 10 * 2
+    if factor > strategy.clip_ratio:
+        used[4]["protos"][1] = far / np.linalg.norm(far) * strategy.clip_ratio * 2
     np.testing.assert_allclose(strategy.global_protos, _plain_protos(used), rtol=0, atol=1e-12)
-    assert np.linalg.norm(strategy.global_protos, axis=1).max() <= 20 * 150 / 600 + 2
+    bound = 2 * strategy.clip_ratio * 150 / 600 + 2
+    assert np.linalg.norm(strategy.global_protos, axis=1).max() <= bound
 
 
 def test_fedpac_h_ref_or_variance_beyond_the_round_s_scale_leaves_the_honest_combination():
