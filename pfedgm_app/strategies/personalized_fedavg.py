@@ -31,14 +31,7 @@ from .admission import ReplyAdmission
 from .contract import arrays_problem
 from .personalization_result import PersonalizationResult, collect
 from .probe import missing_handler
-from .robust import (
-    AGGREGATIONS,
-    bound_pulls,
-    clip_updates,
-    combine,
-    merge_arrays,
-    weighted_mean,
-)
+from .robust import AGGREGATIONS, bound_pulls, clip_updates, combine, merge_arrays, weighted_mean
 from .sampling import sample_nodes, wait_for_nodes
 from .suspects import MAX_RECORDED, SuspectNaming
 
