@@ -4,6 +4,7 @@ logs each round once, and ends with the arrays of a run that was never stopped."
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import subprocess
 import time
@@ -362,6 +363,20 @@ def test_resume_refuses_any_other_key_naming_it_and_both_values(tmp_path, common
     with pytest.raises(ConfigError) as err:
         RunWriter.create(dataclasses.replace(resumed, **fields), PFedGMSettings(**method))
     assert named in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_run_stopped_before_a_key_existed_resumes_with_the_value_that_does_what_it_did(
+    tmp_path,
+):
+    """A config.json without `pull-bound` (written before the key): pull-bound 0 resumes it,
+    the default is refused naming both values."""
+    resumed = _stopped(tmp_path)
+    config = RunFolder(tmp_path).read_config()
+    del config["pull-bound"]
+    RunFolder(tmp_path).config.write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"pull-bound: 0\.0 -> 1\.0"):
+        RunWriter.create(resumed, PFedGMSettings())
+    RunWriter.create(dataclasses.replace(resumed, pull_bound=0.0), PFedGMSettings()).close()
 
 
 def test_resume_refuses_a_checkpoint_of_another_model_or_strategy_naming_it(tmp_path):

@@ -46,6 +46,10 @@ RESUMABLE = frozenset(
     }
 )
 
+# Keys added since some runs stopped: the value that does what a run without the key did, so
+# that such a run resumes with it (pull-bound 0: no pull bound) and a change is named.
+ABSENT_BEFORE = {"pull-bound": 0.0}
+
 
 def save(run_dir: Path, server_round: int, arrays: ArrayRecord, strategy: dict) -> Path:
     """`checkpoint.pt` after `server_round`: the global arrays and the strategy's state (numpy
@@ -175,7 +179,7 @@ def check_resume(run_dir: Path, config: dict[str, Any]) -> None:
         )
     if folder.finished:
         raise ConfigError(f"resume=true but the run in {run_dir} finished ({folder.summary.name})")
-    before = _stopped_config(run_dir)
+    before = {**ABSENT_BEFORE, **_stopped_config(run_dir)}
     changed = sorted(k for k in config if k not in RESUMABLE and before.get(k) != config[k])
     if changed:
         diffs = ", ".join(f"{k}: {before.get(k)!r} -> {config[k]!r}" for k in changed)
