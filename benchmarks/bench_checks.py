@@ -8,7 +8,7 @@ paper's q = 0.3 of 100 clients: 30), each the global arrays plus noise, with eve
 clipping (the app's default), against the bare weighted mean of the same arrays; prints the
 median seconds of each over `--repeats` (A-B-B-A order) and their difference. Then runs 4
 MNIST clients for 2 rounds with every client in every round (so that the round has a median
-to clip against) with clip-ratio 4 (the default) and 0, and prints whether the per-client
+to clip against) with clip-ratio 5 (the default) and 0, and prints whether the per-client
 results are identical and the largest update norm over the round's median.
 """
 
@@ -77,7 +77,7 @@ def clipping_check() -> None:
     }
     rows, ratios = {}, []
     with tempfile.TemporaryDirectory() as tmp:
-        for clip in (4.0, 0.0):
+        for clip in (5.0, 0.0):
             out = Path(tmp) / f"clip{clip:g}"
             run_inprocess({**tiny, "clip-ratio": clip, "output-dir": str(out)}, 4)
             rows[clip] = [{k: v for k, v in r.items() if not k.startswith("seconds")}
@@ -86,7 +86,7 @@ def clipping_check() -> None:
                 ratios += [r["update-norm-ratio-max"] for r in RunFolder(out).read_rounds()]
     same = "identical" if rows[10.0] == rows[0.0] else "DIFFERENT"
     print(
-        f"honest run, clip-ratio 4 vs 0: per-client results {same}; largest update norm "
+        f"honest run, clip-ratio 5 vs 0: per-client results {same}; largest update norm "
         f"over the round's median: {max(ratios):.2f} (clipping starts at 10)"
     )
 

@@ -165,7 +165,7 @@ PHASE2 = tuple(
 # What each aggregator, norm clip and pull bound costs an honest run (docs/robustness.md), on
 # validation (a default chosen by experiment never reads the test sets): pFedGM at the paper's
 # protocol with every server-side defence of `aggregation`, without clipping, with the former
-# clip of 10 and without the pull bound, the default (mean, clip-ratio 4, pull-bound 1) last;
+# clip of 10 and without the pull bound, the default (mean, clip-ratio 5, pull-bound 1) last;
 # run with `--rounds 50` or more.
 AGGREGATION = tuple(
     _variant(name, label, **VALIDATION, **keys)
@@ -174,7 +174,7 @@ AGGREGATION = tuple(
         ("val-clip-off", "mean, no clipping", {"clip-ratio": 0.0}),
         ("val-clip-10", "mean, clip-ratio 10", {"clip-ratio": 10.0}),
         ("val-pull-off", "mean, no pull bound", {"pull-bound": 0.0}),
-        ("val-agg-default", "mean, clip-ratio 4, pull-bound 1 (default)", {}),
+        ("val-agg-default", "mean, clip-ratio 5, pull-bound 1 (default)", {}),
     )
 )
 

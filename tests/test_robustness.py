@@ -265,7 +265,7 @@ def test_replies_that_move_a_round_beyond_one_clients_worth_are_named():
     assert sorted(named) == [6, 7, 8]
     assert "pulls against the others' consensus (-" in named[6]
     assert "update clipped" in named[7] and "weight 1e+06 capped at 2000" in named[8]
-    assert metrics["update-pull-min"] < -3 and strategy.round_suspects(2) == []  # clipped: 4x
+    assert metrics["update-pull-min"] < -3 and strategy.round_suspects(2) == []  # clipped: 5x
 
 
 def test_an_update_pulling_back_beyond_one_clients_worth_is_scaled_to_the_pull_bound():

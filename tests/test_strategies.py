@@ -412,7 +412,7 @@ def test_fedpac_honest_heterogeneous_round_is_the_plain_formula():
 @pytest.mark.parametrize("factor", [2.5, 1e3])
 def test_fedpac_clips_a_prototype_far_beyond_the_round_s_and_keeps_one_near_it(factor):
     """A class mean `factor` times the round's median norm: at 2.5x it is used as sent; at
-    1e3x it is scaled down to `clip_ratio` (4) times that median, its direction kept, the
+    1e3x it is scaled down to `clip_ratio` (5) times that median, its direction kept, the
     reply still used (its generator is averaged before the round's scale is known)."""
     rng = np.random.default_rng(3)
     sent = {n: _honest_fedpac(rng, 400, K=3, d=4) for n in (1, 2, 3, 4)}

@@ -122,7 +122,7 @@ class RunConfig(Settings):
         "updates closest to the others; bulyan needs n >= 4f + 3 replies)")
     trim_fraction: float = at_least(0, 0.2, below=0.5,  # at each end: below half, some remain
         doc="`trimmed-mean`: the share of the replies cut at each end, per coordinate")
-    clip_ratio: float = at_least(0, 4.0, at_most=1e6, doc="an update whose norm exceeds this "
+    clip_ratio: float = at_least(0, 5.0, at_most=1e6, doc="an update whose norm exceeds this "
         "many times the round's median update norm is scaled down to it (0: no clipping; at "
         "least 3 replies)")
     pull_bound: float = at_least(0, 1.0, at_most=1e6, doc="an update that pulls against the "

@@ -88,7 +88,7 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         weight_ratio: float = 20.0,
         share_ratio: float = 0.0,
         metric_keys: Collection[str] | None = None,
-        clip_ratio: float = 4.0,
+        clip_ratio: float = 5.0,
         pull_bound: float = 1.0,
         aggregation: str = "mean",
         trim_fraction: float = 0.2,
