@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import tomllib
 from pathlib import Path
 
 from devtools.attacks import ATTACKS, run
+from pfedgm_paper.cli import set_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("PFEDGM_SHARED_DATA") or ROOT.parent / "shared" / "data") / "mnist"
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     args = parser.parse_args()
-    extra = {k: tomllib.loads(f"v = {v}")["v"] for k, v in (s.split("=", 1) for s in args.set)}
+    extra = set_keys(args.set)
     with tempfile.TemporaryDirectory(prefix="pfedgm-attacks-") as workdir:
         table = rows(args.attacks.split(","), args.aggregations.split(","), Path(workdir), extra)
     print(markdown(table))

@@ -27,6 +27,7 @@ from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 from pfedgm_app.learning.gaussian import GaussianHead
 from pfedgm_app.learning.models import build_model
 from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_app.runconfig.common import RunConfig
 from pfedgm_app.strategies import PFedGM
 from pfedgm_app.strategies.robust import weighted_mean
 from pfedgm_engine.inprocess import _set_task_identity, run_inprocess
@@ -64,6 +65,7 @@ def time_round(arrays: ArrayRecord, msgs: list[Message], checked: bool) -> float
 
 
 def clipping_check() -> None:
+    default = RunConfig().clip_ratio
     data = ROOT.parent / "shared/data/mnist"
     tiny = {
         "num-server-rounds": 2,
@@ -77,17 +79,17 @@ def clipping_check() -> None:
     }
     rows, ratios = {}, []
     with tempfile.TemporaryDirectory() as tmp:
-        for clip in (5.0, 0.0):
+        for clip in (default, 0.0):
             out = Path(tmp) / f"clip{clip:g}"
             run_inprocess({**tiny, "clip-ratio": clip, "output-dir": str(out)}, 4)
             rows[clip] = [{k: v for k, v in r.items() if not k.startswith("seconds")}
                           for r in RunFolder(out).read_clients()]  # fmt: skip
             if clip:
                 ratios += [r["update-norm-ratio-max"] for r in RunFolder(out).read_rounds()]
-    same = "identical" if rows[10.0] == rows[0.0] else "DIFFERENT"
+    same = "identical" if rows[default] == rows[0.0] else "DIFFERENT"
     print(
-        f"honest run, clip-ratio 5 vs 0: per-client results {same}; largest update norm "
-        f"over the round's median: {max(ratios):.2f} (clipping starts at 10)"
+        f"honest run, clip-ratio {default:g} vs 0: per-client results {same}; largest update "
+        f"norm over the round's median: {max(ratios):.2f} (clipping starts at {default:g})"
     )
 
 

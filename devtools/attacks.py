@@ -98,15 +98,15 @@ def true_size_zero_accuracy(msg: Message, reply: Message, pid: int) -> None:
         _metrics(reply, accuracy=lambda _: 0.0)
 
 
-_POISON: dict[bytes, dict[str, np.ndarray]] = {}  # the colluders' one update, by model sent
+_POISON: dict[int, dict[str, np.ndarray]] = {}  # the colluders' one update, by round
 
 
 def collusion(msg: Message, reply: Message, pid: int) -> None:
     """Every colluder sends the first colluder's flipped step (in-process: one worker)."""
     if _is_train(msg):
-        sent = msg.content[wire.ARRAYS]
-        key = b"".join(v.data for v in sent.values())[:4096] + str(len(sent)).encode()
-        poison = _POISON.setdefault(key, {k: FLIP * s for k, s in _steps(msg, reply).items()})
+        server_round = int(msg.content[wire.CONFIG][wire.ROUND])
+        steps = _steps(msg, reply)
+        poison = _POISON.setdefault(server_round, {k: FLIP * s for k, s in steps.items()})
         _send_steps(msg, reply, poison)
 
 

@@ -15,7 +15,6 @@ refactor must change no number.
 from __future__ import annotations
 
 import sys
-import tomllib
 from pathlib import Path
 
 from pfedgm_app.records.run_folder import RunFolder
@@ -69,11 +68,9 @@ def compare(before: Path, after: Path) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["run"] and len(sys.argv) >= 3 and all("=" in a for a in sys.argv[3:]):
-        keys = dict(a.split("=", 1) for a in sys.argv[3:])
-        run(
-            Path(sys.argv[2]).resolve(),
-            {k: tomllib.loads(f"v = {v}")["v"] for k, v in keys.items()},
-        )
+        from pfedgm_paper.cli import set_keys
+
+        run(Path(sys.argv[2]).resolve(), set_keys(sys.argv[3:]))
     elif sys.argv[1:2] == ["compare"] and len(sys.argv) == 4:
         sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3])))
     else:

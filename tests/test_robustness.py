@@ -285,14 +285,14 @@ def test_an_update_pulling_back_beyond_one_clients_worth_is_scaled_to_the_pull_b
     from pfedgm_app.strategies.suspects import flat_updates, pulls
 
     records = [{"w": u.astype(np.float32)} for u in updates]
-    out, which, before = bound_pulls(records, current, 1.0)
+    out, which, before = bound_pulls(records, {"w": np.zeros(400, np.float32)}, 1.0)
     assert which == [5] and before[5] < -5
     after = pulls(flat_updates(out, {"w": np.zeros(400)}))
     assert after[5] == pytest.approx(-1.0, rel=1e-5)
     scale = out[5]["w"] / updates[5]
     np.testing.assert_allclose(scale, scale[0], rtol=1e-5)  # its direction kept
     assert all(out[i]["w"].tobytes() == records[i]["w"].tobytes() for i in range(5))
-    untouched, none, _ = bound_pulls(records, current, 0.0)
+    untouched, none, _ = bound_pulls(records, {"w": np.zeros(400, np.float32)}, 0.0)
     assert none == [] and untouched[5]["w"].tobytes() == records[5]["w"].tobytes()
     plain, _ = _aggregate(PersonalizedFedAvg(pull_bound=0.0), current, replies)
     push = [float(a["w"].numpy().astype(np.float64) @ direction) for a in (arrays, plain)]

@@ -230,8 +230,9 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
             {k: v.numpy() for k, v in m.content.array_records[self.arrayrecord_key].items()}
             for m in used
         ]
-        records, clipped, ratio = clip_updates(records, current, self.clip_ratio, self.norms)
-        records, bounded, pulled = bound_pulls(records, current, self.pull_bound)
+        sent = None if current is None else {k: v.numpy() for k, v in current.items()}
+        records, clipped, ratio = clip_updates(records, sent, self.clip_ratio, self.norms)
+        records, bounded, pulled = bound_pulls(records, sent, self.pull_bound)
         self.name_suspects(server_round, used, weights, clipped, bounded, pulled)
         update = combine(weights, records, self.aggregation, self.trim_fraction,
                          self.average_transform(), self.byzantine_nodes)  # fmt: skip

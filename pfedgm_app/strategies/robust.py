@@ -3,9 +3,9 @@ round, then a weighted mean, a trimmed mean or a coordinate-wise median (numpy +
 
 - Clipping: an update (a reply's arrays minus those sent) whose norm exceeds `clip_ratio` times
   the round's median update norm is scaled down to that norm, its direction kept, so that one
-  client far from the others cannot take the model over. An honest round stays far below the
-  default ratio (the largest ratio of each round is in `rounds.jsonl`), and an update under
-  the bound is used as sent, to the last bit.
+  client far from the others cannot take the model over. Honest rounds stay below the
+  default ratio (the largest ratio of each round is in `rounds.jsonl`; docs/robustness.md),
+  and an update under the bound is used as sent, to the last bit.
 - With fewer than 3 replies a round has no median of its own: the bound is then taken from
   the median norms of the last rounds that had one (`NORM_HISTORY`); before any such round,
   two replies are bounded by the smaller of their norms (a large update cannot raise its own
@@ -46,20 +46,19 @@ NORM_HISTORY = 5  # rounds whose median update norm bounds a round of fewer than
 
 def clip_updates(
     records: list[dict[str, np.ndarray]],
-    current: ArrayRecord | None,
+    sent: dict[str, np.ndarray] | None,
     clip_ratio: float,
     history: list[float] | None = None,
 ) -> tuple[list[dict[str, np.ndarray]], list[int], float]:
     """(records with every update above `clip_ratio` x the median norm scaled down to it, the
     indices of those clipped, the largest norm / median ratio). Norms over the keys each
-    record shares with `current`. `history` (updated in place) holds the median norms of the
-    last `NORM_HISTORY` rounds of at least 3 records: a round of fewer takes its median as
-    the median; with no history yet, two records take the smaller norm and one is used
-    unchanged."""
+    record shares with `sent` (the arrays the round sent, decoded). `history` (updated in
+    place) holds the median norms of the last `NORM_HISTORY` rounds of at least 3 records: a
+    round of fewer takes its median as the median; with no history yet, two records take the
+    smaller norm and one is used unchanged."""
     history = [] if history is None else history
-    if current is None or not records or not clip_ratio:
+    if sent is None or not records or not clip_ratio:
         return records, [], 0.0
-    sent = {k: v.numpy() for k, v in current.items()}
     norms = []
     for record in records:
         squares = [np.sum((v.astype(np.float64) - sent[k]) ** 2) for k, v in record.items()]
@@ -85,14 +84,13 @@ def clip_updates(
 
 
 def bound_pulls(
-    records: list[dict[str, np.ndarray]], current: ArrayRecord | None, pull_bound: float
+    records: list[dict[str, np.ndarray]], sent: dict[str, np.ndarray] | None, pull_bound: float
 ) -> tuple[list[dict[str, np.ndarray]], list[int], list[float]]:
     """(records with every update that pulls below -`pull_bound` scaled down to pull exactly
     that much, the indices of those bounded, every update's pull as sent). With fewer than 3
     records there is no consensus: no pulls. `pull_bound` 0: pulls measured, none bounded."""
-    if current is None or len(records) < 3:
+    if sent is None or len(records) < 3:
         return records, [], []
-    sent = {k: v.numpy() for k, v in current.items()}
     pulled = pulls(flat_updates(records, sent))
     if not pull_bound:
         return records, [], pulled
