@@ -58,14 +58,21 @@ def protocol_differences(config: dict, column: str) -> list[str]:
     return found
 
 
-def seed_folders(out: Path, column: str, run: str) -> dict[int, Path]:
+# One results folder, or several searched in order (`render --beside`): a run is read from the
+# first folder holding a finished seed of it, so a rerun of one row shows beside the others' runs.
+Results = Path | tuple[Path, ...]
+
+
+def seed_folders(out: Results, column: str, run: str) -> dict[int, Path]:
     """{seed: folder} of the finished runs (`summary.json`) of `run` in `column`."""
-    base = out / column / run
-    found = {}
-    for folder in sorted(base.glob("seed*")) if base.is_dir() else []:
-        if RunFolder(folder).finished and folder.name[4:].isdigit():
-            found[int(folder.name[4:])] = folder
-    return found
+    for results in (out,) if isinstance(out, Path) else out:
+        base, found = results / column / run, {}
+        for folder in sorted(base.glob("seed*")) if base.is_dir() else []:
+            if RunFolder(folder).finished and folder.name[4:].isdigit():
+                found[int(folder.name[4:])] = folder
+        if found:
+            return found
+    return {}
 
 
 def client_rows(folder: Path, metric: str) -> dict[int, tuple[float, int]]:
@@ -78,7 +85,7 @@ def client_rows(folder: Path, metric: str) -> dict[int, tuple[float, int]]:
     }
 
 
-def read_cell(out: Path, column: str, row: Row) -> Cell | None:
+def read_cell(out: Results, column: str, row: Row) -> Cell | None:
     """The cell of `row` in `column`, over the seeds found; None when no run has finished."""
     folders = seed_folders(out, column, row.run)
     per_client: PerClient = {}
@@ -103,7 +110,8 @@ def read_cell(out: Path, column: str, row: Row) -> Cell | None:
     if not means:
         return None
     if len(rounds) > 1:
-        raise ValueError(f"{out / column / row.run} mixes budgets {sorted(rounds)}: one per folder")
+        base = next(iter(folders.values())).parent
+        raise ValueError(f"{base} mixes budgets {sorted(rounds)}: one per folder")
     n = len(means)
     return Cell(
         sum(means) / n,
@@ -117,7 +125,7 @@ def read_cell(out: Path, column: str, row: Row) -> Cell | None:
     )
 
 
-def curve(out: Path, column: str, run: str) -> dict[int, tuple[float, float]]:
+def curve(out: Results, column: str, run: str) -> dict[int, tuple[float, float]]:
     """{round: (personalized accuracy, std across clients)} over the seeds, from each run's
     `rounds.jsonl` (its `eval-every` rounds) and `summary.json` (the final round)."""
     by_round: dict[int, list[tuple[float, float]]] = {}

@@ -109,6 +109,13 @@ def parser() -> argparse.ArgumentParser:
     paired.add_argument("--metric", default="accuracy", help="clients.csv's column")
     render = sub.add_parser("render", help="tables (Markdown, CSV) and figures from results")
     render.add_argument("--out", type=Path, required=True, help="the results folder")
+    render.add_argument(
+        "--beside",
+        type=Path,
+        action="append",
+        default=[],
+        help="another results folder, for the runs OUT lacks (repeatable; OUT's runs first)",
+    )
     render.add_argument("--to", type=Path, help="where to write (default: OUT/rendered)")
     render.add_argument("--tables", default=",".join(TABLES))
     return p
@@ -244,8 +251,12 @@ def _render(args) -> int:
     from .render import render
 
     tables = _known("--tables", _names(args.tables), TABLES)
+    for folder in (args.out, *args.beside):
+        if not folder.is_dir():
+            raise ValueError(f"{folder}: no such results folder")
+    out = (args.out, *args.beside)
     to = args.to or args.out / "rendered"
-    for path in render(args.out, to, tables) + figures(args.out, to / "figures", tables):
+    for path in render(out, to, tables) + figures(out, to / "figures", tables):
         print(path)
     return 0
 

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 
 from pfedgm_app.records.run_folder import RunFolder
 
-from .cells import seed_folders
+from .cells import Results, seed_folders
 from .grid import TABLES, Table
 from .render import read_table, row_curves
 
@@ -21,7 +21,7 @@ ABLATIONS = ("adaptation", "objective", "decoupling")
 TSNE_COLUMN, TSNE_RUN = "cifar10s-dir05-100c", "pfedgm"  # the paper's t-SNE: CIFAR-10S Dir(0.5)
 
 
-def curves(out: Path, table: Table, column: str, path: Path) -> Path | None:
+def curves(out: Results, table: Table, column: str, path: Path) -> Path | None:
     """Personalized accuracy per evaluated round, one line per row (mean over seeds), with a
     band of the std across clients."""
     lines = {r.label: c for r, c in row_curves(out, table, column).items()}
@@ -90,7 +90,7 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def tsne(out: Path, path: Path) -> Path | None:
+def tsne(out: Results, path: Path) -> Path | None:
     """The paper's t-SNE (CIFAR-10S Dir(0.5), 100 corrupted clients, pFedGM) from the first
     seed whose folder holds its global model (a finished run's, or one `collect` copied)."""
     for folder in seed_folders(out, TSNE_COLUMN, TSNE_RUN).values():
@@ -101,7 +101,7 @@ def tsne(out: Path, path: Path) -> Path | None:
     return None
 
 
-def figures(out: Path, to: Path, tables: list[str]) -> list[Path]:
+def figures(out: Results, to: Path, tables: list[str]) -> list[Path]:
     """Every figure the finished runs allow; returns the files written."""
     written = [tsne(out, to / "tsne.png")] if "corruption" in tables else []
     for name in tables:

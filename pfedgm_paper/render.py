@@ -14,7 +14,7 @@ import csv
 import io
 from pathlib import Path
 
-from .cells import Cell, curve, read_cell
+from .cells import Cell, Results, curve, read_cell
 from .grid import TABLES, Row, Table
 from .paired import paired_gap, per_seed
 from .published import PUBLISHED
@@ -26,7 +26,7 @@ def ours_row(table: Table) -> Row:
     return next((r for r in table.rows if r.name == "pfedgm"), table.rows[-1])
 
 
-def read_table(out: Path, table: Table) -> dict[tuple[str, str], Cell]:
+def read_table(out: Results, table: Table) -> dict[tuple[str, str], Cell]:
     """{(row name, column): cell} of the cells with at least one finished run."""
     cells = {}
     for column in table.columns:
@@ -100,7 +100,7 @@ def shown(table: Table, cells: dict) -> tuple[str, ...]:
     return tuple(c for c in table.columns if any(col == c for _, col in cells)) or table.columns
 
 
-def markdown(out: Path, table: Table) -> str:
+def markdown(out: Results, table: Table) -> str:
     """The table (its columns with runs), then its budget and seeds, then the paired
     differences."""
     cells = read_table(out, table)
@@ -179,7 +179,9 @@ def paired_lines(
     return lines
 
 
-def row_curves(out: Path, table: Table, column: str) -> dict[Row, dict[int, tuple[float, float]]]:
+def row_curves(
+    out: Results, table: Table, column: str
+) -> dict[Row, dict[int, tuple[float, float]]]:
     """{row: its curve (`cells.curve`)} for the rows that evaluated along the way; a curve is
     the personalized accuracy, so rows reading another metric (the adaptation modes) have none."""
     return {
@@ -189,7 +191,7 @@ def row_curves(out: Path, table: Table, column: str) -> dict[Row, dict[int, tupl
     }
 
 
-def round_lines(out: Path, table: Table, column: str) -> list[str]:
+def round_lines(out: Results, table: Table, column: str) -> list[str]:
     """The accuracy curves of `column` as a table (rows by rounds), for runs that evaluated
     along the way (`eval-every`): each row's mean over seeds, and beside it the table's own
     method minus that row. Per-round accuracy is kept per run, not per client, so this is a
@@ -239,7 +241,7 @@ CSV_FIELDS = [
 ]
 
 
-def csv_text(out: Path, table: Table) -> str:
+def csv_text(out: Results, table: Table) -> str:
     cells = read_table(out, table)
     ours = ours_row(table)
     buffer = io.StringIO()
@@ -277,7 +279,7 @@ def csv_text(out: Path, table: Table) -> str:
     return buffer.getvalue()
 
 
-def render(out: Path, to: Path, tables: list[str]) -> list[Path]:
+def render(out: Results, to: Path, tables: list[str]) -> list[Path]:
     """Write `<to>/<table>.md` and `.csv` for each table; returns the files written."""
     to.mkdir(parents=True, exist_ok=True)
     written = []

@@ -152,6 +152,26 @@ def test_rendered_table_bolds_the_best_shows_the_paper_and_pairs_clients(tmp_pat
     assert (fedavg_row["wins"], fedavg_row["losses"]) == ("2", "1")
 
 
+def test_render_beside_reads_a_run_from_out_first_and_the_rest_from_beside(tmp_path, capsys):
+    """A rerun of pFedGM alone (`--out`) tabled beside the baselines of an earlier grid
+    (`--beside`): pFedGM's cell and pairs from the rerun, FedAvg's from the earlier folder."""
+    rerun, earlier = tmp_path / "rerun", tmp_path / "earlier"
+    _fake_run(rerun, "cifar10-dir05", "pfedgm", 0, [0.9, 0.9, 0.9])
+    _fake_run(earlier, "cifar10-dir05", "pfedgm", 0, [0.1, 0.1, 0.1])
+    _fake_run(earlier, "cifar10-dir05", "fedavg", 0, [0.5, 0.5, 0.5])
+    to = tmp_path / "to"
+    argv = ["render", "--out", str(rerun), "--beside", str(earlier), "--to", str(to)]
+    assert cli.main([*argv, "--tables", "standard"]) == 0
+    text = (to / "standard.md").read_text()
+    assert "| pFedGM | **90.00 (0.0)**" in text and "| FedAvg | 50.00 (0.0)" in text
+    assert "+40.00 (se 0.00, 3 up / 0 down)" in text
+    missing = tmp_path / "missing"
+    assert cli.main([*argv[:3], "--beside", str(missing), "--tables", "standard"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"{missing}: no such results folder"
+    )
+
+
 def test_a_cell_of_another_protocol_is_marked_and_never_bold(tmp_path):
     """A 4-client, 4,000-image, 1-round run beside the paper's figure: the cell says so (†
     and a line naming each difference) and is not set in bold; the paper's protocol is not."""
