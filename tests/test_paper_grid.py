@@ -167,12 +167,8 @@ def test_render_beside_reads_a_run_from_out_first_and_the_rest_from_beside(tmp_p
     assert "+40.00 (se 0.00, 3 up / 0 down)" in text
     missing = tmp_path / "missing"
     assert cli.main([*argv[:3], "--beside", str(missing), "--tables", "standard"]) == 2
-    assert (
-        capsys.readouterr()
-        .err.strip()
-        .splitlines()[-1]
-        .endswith(f"{missing}: no such results folder")
-    )
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.endswith(f"{missing}: no such results folder")
 
 
 def test_a_cell_of_another_protocol_is_marked_and_never_bold(tmp_path):
