@@ -171,6 +171,12 @@ AGGREGATION = tuple(
     _variant(name, label, **VALIDATION, **keys)
     for name, label, keys in (
         *((f"val-agg-{a}", f"{a}", {"aggregation": a}) for a in AGGREGATIONS if a != "mean"),
+        # The collusion defence of docs/robustness.md: two colluders tolerated.
+        (
+            "val-agg-multi-krum-f2",
+            "multi-krum, f = 2",
+            {"aggregation": "multi-krum", "byzantine-nodes": 2},
+        ),
         ("val-clip-off", "mean, no clipping", {"clip-ratio": 0.0}),
         ("val-clip-10", "mean, clip-ratio 10", {"clip-ratio": 10.0}),
         ("val-pull-off", "mean, no pull bound", {"pull-bound": 0.0}),

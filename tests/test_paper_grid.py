@@ -482,6 +482,9 @@ def test_the_aggregation_table_runs_every_aggregator_and_each_bound_off_beside_t
     rows = TABLES["aggregation"].rows
     aggregations = {row.keys.get("aggregation", "mean") for row in rows}
     assert aggregations == set(AGGREGATIONS)
+    tolerated = {row.keys.get("byzantine-nodes", 1) for row in rows
+                 if row.keys.get("aggregation") == "multi-krum"}  # fmt: skip
+    assert tolerated == {1, 2}  # f = 2: the collusion defence's honest cost
     assert [row.keys for row in rows if row.keys.get("clip-ratio") == 0.0]
     assert [row.keys for row in rows if row.keys.get("pull-bound") == 0.0]
     assert rows[-1].keys == {"method": "pfedgm", **VALIDATION}  # the default, paired with all
