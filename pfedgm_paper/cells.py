@@ -30,6 +30,7 @@ class Cell:
     seconds_per_round: float  # Phase 1's wall time over its rounds
     per_client: PerClient = field(repr=False)
     differences: list[str] = field(default_factory=list)  # from the paper's protocol
+    source: Path | None = None  # the `--beside` folder it was read from; None: the first
 
 
 # What fixes a run's protocol, as config.json records it: (key, the paper's value, words)
@@ -122,7 +123,13 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
         sum(per_round) / n,
         per_client,
         differences,
+        _beside(out, next(iter(folders.values())).parents[2]),
     )
+
+
+def _beside(out: Results, home: Path) -> Path | None:
+    """`home` when it is not the first of the results folders searched, else None."""
+    return None if home == (out if isinstance(out, Path) else out[0]) else home
 
 
 def curve(out: Results, column: str, run: str) -> dict[int, tuple[float, float]]:

@@ -63,6 +63,7 @@ def cell_text(table: Table, cells: dict, row: Row, column: str, best: bool) -> s
     text = "-" if cell is None else f"{cell.mean:.2f} ({cell.std:.1f})"
     text = f"**{text}**" if best and cell is not None and not cell.differences else text
     text += OTHER_PROTOCOL if cell is not None and cell.differences else ""
+    text += BESIDE if cell is not None and cell.source else ""
     if paper:
         text += f"<br>paper {paper[0]:.2f}" + (
             f" ({_std(paper[1])})" if paper[1] is not None else ""
@@ -71,6 +72,13 @@ def cell_text(table: Table, cells: dict, row: Row, column: str, best: bool) -> s
 
 
 OTHER_PROTOCOL = " †"  # the cell's runs depart from the paper's protocol (`protocol_lines`)
+BESIDE = " ‡"  # the cell was read from a `--beside` folder (`beside_line`)
+
+
+def beside_line(cells: dict[tuple[str, str], Cell]) -> list[str]:
+    """Which `--beside` folders the marked cells come from; [] when every cell is --out's."""
+    found = sorted({str(cell.source) for cell in cells.values() if cell.source})
+    return [f"{BESIDE.strip()} read from {', '.join(found)} (`--beside`)."] if found else []
 
 
 def protocol_lines(cells: dict[tuple[str, str], Cell], columns: tuple[str, ...]) -> list[str]:
@@ -113,7 +121,7 @@ def markdown(out: Results, table: Table) -> str:
             best = (row.name, column) in cells and cells[row.name, column].mean == max(means)
             texts.append(cell_text(table, cells, row, column, best and table.kind != "runtime"))
         lines.append(f"| {row.label} | " + " | ".join(texts) + " |")
-    lines += ["", budget_line(cells, table.kind)]
+    lines += ["", budget_line(cells, table.kind), *beside_line(cells)]
     if differing := protocol_lines(cells, columns):
         lines += ["", *differing]
     if table.kind != "runtime":

@@ -163,8 +163,11 @@ def test_render_beside_reads_a_run_from_out_first_and_the_rest_from_beside(tmp_p
     argv = ["render", "--out", str(rerun), "--beside", str(earlier), "--to", str(to)]
     assert cli.main([*argv, "--tables", "standard"]) == 0
     text = (to / "standard.md").read_text()
-    assert "| pFedGM | **90.00 (0.0)**" in text and "| FedAvg | 50.00 (0.0)" in text
+    assert "| pFedGM | **90.00 (0.0)**<br>" in text and "| FedAvg | 50.00 (0.0) ‡<br>" in text
+    assert f"‡ read from {earlier} (`--beside`)." in text.splitlines()
     assert "+40.00 (se 0.00, 3 up / 0 down)" in text
+    alone = render.markdown(earlier, TABLES["standard"])  # one folder: nothing marked
+    assert "| FedAvg | **50.00 (0.0)**<br>" in alone and "‡" not in alone
     missing = tmp_path / "missing"
     assert cli.main([*argv[:3], "--beside", str(missing), "--tables", "standard"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
