@@ -16,8 +16,8 @@ from pfedgm_app.records.plots import EVAL_MEAN, EVAL_STD
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_app.strategies.personalization_result import accuracy_stats
 
-from .grid import Row
 from .paired import PerClient
+from .rows import Row
 
 
 @dataclass

@@ -14,8 +14,9 @@ import matplotlib.pyplot as plt
 from pfedgm_app.records.run_folder import RunFolder
 
 from .cells import Results, seed_folders
-from .grid import TABLES, Table
+from .grid import TABLES
 from .render import read_table, row_curves
+from .rows import Table
 
 ABLATIONS = ("adaptation", "objective", "decoupling")
 TSNE_COLUMN, TSNE_RUN = "cifar10s-dir05-100c", "pfedgm"  # the paper's t-SNE: CIFAR-10S Dir(0.5)

@@ -16,39 +16,21 @@ from typing import Any
 
 from pfedgm_app.methods import METHODS
 from pfedgm_app.records.run_folder import RunFolder
-from pfedgm_app.runconfig.common import AGGREGATIONS
 from pfedgm_app.runconfig.presets import PRESETS
 
+from .rows import Row, Table, method_row, method_rows, variant
+from .studies import (
+    AGGREGATION,
+    FINALISTS,
+    LAYER_STD,
+    LITERAL_STD,
+    NAVIGATOR_STD,
+    PHASE2,
+    READINGS,
+    STUDY_COLUMNS,
+)
+
 PAPER_ROUNDS = 200  # "all methods are trained for 200 global communication rounds"
-
-
-@dataclass(frozen=True)
-class Row:
-    """A row of a table: `run` names the run it reads (its folder, and the run-config `keys`
-    that make it), `metric` the per-client value it shows (`clients.csv`'s column), `label`
-    the paper's name for it."""
-
-    name: str
-    label: str
-    run: str
-    keys: dict[str, Any] = field(default_factory=dict, hash=False)
-    metric: str = "accuracy"
-
-
-@dataclass(frozen=True)
-class Table:
-    name: str
-    caption: str
-    columns: tuple[str, ...]  # preset names
-    rows: tuple[Row, ...]
-    kind: str = "accuracy"  # "accuracy", "runtime" (minutes), "curve" (accuracy per round)
-
-
-def method_row(method: str) -> Row:
-    """A registered method's row, named as the paper's tables name it (`Method.label`)."""
-    return Row(method, METHODS[method].label, method, {"method": method})
-
-
 PFEDGM = method_row("pfedgm")
 ALL_METHODS = tuple(method_row(m) for m in METHODS)  # the registry's order is the paper's
 DIRS = ("dir01", "dir05")
@@ -61,14 +43,6 @@ CORRUPTION = tuple(
 CORRUPTED_ALL = tuple(c for c in CORRUPTION if c.endswith("100c"))
 
 
-def _rows(*methods: str) -> tuple[Row, ...]:
-    return tuple(method_row(m) for m in methods)
-
-
-def _variant(name: str, label: str, **keys: Any) -> Row:
-    return Row(name, label, f"pfedgm-{name}", {"method": "pfedgm", **keys})
-
-
 # The adaptation ablation reads one pFedGM run: NA is Phase 2's head before any fitting, the
 # global navigator with the global covariance (`acc-global-cov`); FA after the fine-tuning
 # (`acc-finetune`); GA after the L-BFGS biases, the method's own accuracy. The `adaptation` key
@@ -77,111 +51,6 @@ ADAPTATION_ROWS = (
     Row("na", "NA", "pfedgm", {"method": "pfedgm"}, "acc-global-cov"),
     Row("fa", "FA", "pfedgm", {"method": "pfedgm"}, "acc-finetune"),
     Row("ga", "GA", "pfedgm", {"method": "pfedgm"}, "accuracy"),
-)
-
-# Phase 1's open readings (RESULTS.md), ranked on validation accuracy: each run holds out 10 %
-# of every client's training data (`validation-fraction`) and reports accuracy on it, never
-# reading the test sets; the default reading is the last row, the one the paired differences
-# start from.
-VALIDATION = {"validation-fraction": 0.1}
-# The studies before the navigator's scale was chosen ran at mu^0 ~ N(0, 1): their rows keep
-# it, so that running them again repeats them (the default is now 1/sqrt(d), `navigator-std`).
-LITERAL_STD = {"navigator-std": 1.0}
-READINGS = tuple(
-    _variant(name, label, **VALIDATION, **LITERAL_STD, **keys)
-    for name, label, keys in (
-        ("val-nav-lr-10", "navigator lr x10", {"navigator-lr-scale": 10.0}),
-        ("val-scale-sum", "R_c and zeta without 1/d", {"objective-scale": "sum"}),
-        ("val-decay-none", "no decay on mu, b", {"head-weight-decay": ""}),
-        ("val-npo", "NPO (no R_c)", {"personalized-objective": False}),
-        ("val-step-none", "prototype step 0 (none)", {"prototype-step": "none"}),
-        ("val-step-batch", "prototype step 1 (batch)", {"prototype-step": "batch"}),
-        ("val-cov-average", "A averaged as covariances", {"covariance-average": "covariance"}),
-        ("val-bias-mixture", "b averaged as mixture weights", {"bias-average": "mixture"}),
-        ("val-decay-all", "decay on mu, b, A", {"head-weight-decay": "mu,b,A"}),
-        ("val-default", "default reading", {}),
-    )
-)
-STUDY_COLUMNS = ("cifar100-dir05", "cifar10-dir05")
-# The finalists, on test: the default and every reading whose validation accuracy passes the
-# default's by more than one standard error of the paired per-client difference in a study
-# column: NPO alone, no reading of the text (docs/notes/phase1-readings.md). The same keys as
-# the validation rows, without the hold-out.
-FINALISTS = (
-    _variant("npo", "NPO (no R_c)", **LITERAL_STD, **{"personalized-objective": False}),
-    Row("default", "default reading", "pfedgm", {"method": "pfedgm", **LITERAL_STD}),
-)
-
-# The navigator's scale at the full budget (docs/notes/navigator-std.md): mu^0's std 1 (the
-# default, the last row), 0.3 and 1/sqrt(d) (d = 128, the CIFAR CNN's features), NPO at
-# 1/sqrt(d), and 0.03, a step below the smallest (which led at 200 rounds), on validation.
-# Ranked by the readings study's rule. On CIFAR-100 Dir(0.1) the chosen std alone (`--runs
-# pfedgm-val-std-layer`): the kept model Phase 2's study starts from.
-LAYER_STD = 128**-0.5
-NAVIGATOR_STD = tuple(
-    _variant(name, label, **VALIDATION, **keys)
-    for name, label, keys in (
-        ("val-std-layer", "std 1/sqrt(d)", {"navigator-std": LAYER_STD}),
-        ("val-std-0.3", "std 0.3", {"navigator-std": 0.3}),
-        ("val-std-0.03", "std 0.03", {"navigator-std": 0.03}),
-        (
-            "val-std-layer-npo",
-            "std 1/sqrt(d), NPO (no R_c)",
-            {"navigator-std": LAYER_STD, "personalized-objective": False},
-        ),
-        ("val-default", "std 1 (the literal reading)", LITERAL_STD),
-    )
-)
-
-# Phase 2's budget, alone (`--rounds 0 --set initial-model=<a kept 200-round model>`, one
-# column at a time), on validation: the L-BFGS line search, and the fine-tuning's batch size
-# and epochs, which the paper does not give (ours: the run's 50, and its 5 epochs). The
-# default last.
-PHASE2 = tuple(
-    _variant(name, label, **VALIDATION, **keys)
-    for name, label, keys in (
-        ("val-p2-wolfe", "L-BFGS, strong Wolfe", {"lbfgs-line-search": "strong-wolfe"}),
-        ("val-p2-b10", "batch 10, 5 epochs", {"personal-batch-size": 10}),
-        ("val-p2-b25", "batch 25, 5 epochs", {"personal-batch-size": 25}),
-        (
-            "val-p2-b10-e20",
-            "batch 10, 20 epochs",
-            {"personal-batch-size": 10, "personal-epochs": 20},
-        ),
-        (
-            "val-p2-b25-e20",
-            "batch 25, 20 epochs",
-            {"personal-batch-size": 25, "personal-epochs": 20},
-        ),
-        (
-            "val-p2-b50-e20",
-            "batch 50, 20 epochs",
-            {"personal-batch-size": 50, "personal-epochs": 20},
-        ),
-        ("val-p2-default", "batch 50, 5 epochs, fixed-step L-BFGS (default)", {}),
-    )
-)
-
-# What each aggregator, norm clip and pull bound costs an honest run (docs/robustness.md), on
-# validation (a default chosen by experiment never reads the test sets): pFedGM at the paper's
-# protocol with every server-side defence of `aggregation`, without clipping, with the former
-# clip of 10 and without the pull bound, the default (mean, clip-ratio 5, pull-bound 1) last;
-# run with `--rounds 50` or more.
-AGGREGATION = tuple(
-    _variant(name, label, **VALIDATION, **keys)
-    for name, label, keys in (
-        *((f"val-agg-{a}", f"{a}", {"aggregation": a}) for a in AGGREGATIONS if a != "mean"),
-        # The collusion defence of docs/robustness.md: two colluders tolerated.
-        (
-            "val-agg-multi-krum-f2",
-            "multi-krum, f = 2",
-            {"aggregation": "multi-krum", "byzantine-nodes": 2},
-        ),
-        ("val-clip-off", "mean, no clipping", {"clip-ratio": 0.0}),
-        ("val-clip-10", "mean, clip-ratio 10", {"clip-ratio": 10.0}),
-        ("val-pull-off", "mean, no pull bound", {"pull-bound": 0.0}),
-        ("val-agg-default", "mean, clip-ratio 5, pull-bound 1 (default)", {}),
-    )
 )
 
 # One Table per entry: (name, caption, columns, rows[, kind])
@@ -193,28 +62,28 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           ALL_METHODS),
     Table("generalization", "New-client generalization on CIFAR-10 Dir(0.5)",
           ("generalization",),
-          _rows("fedavg", "fedavgft", "fedbabu", "pfedme", "lgfedavg", "fedpac", "pfedfda",
-                "pfedgm")),
+          method_rows("fedavg", "fedavgft", "fedbabu", "pfedme", "lgfedavg", "fedpac",
+                      "pfedfda", "pfedgm")),
     Table("moderate", "Average (std) test accuracy (%) under moderate settings",
           tuple(f"moderate-{c}" for c in STANDARD),
-          _rows("local", "fedavg", "fedavgft", "fedpac", "pfedfda", "pfedgm")),
+          method_rows("local", "fedavg", "fedavgft", "fedpac", "pfedfda", "pfedgm")),
     # The figure's methods are not legible in the paper's text: the standard table's leaders.
     Table("low-participation", "Test accuracy during training with q = 0.1",
           ("cifar10-q01", "cifar100-q01", "cifar10s-q01", "cifar100s-q01"),
-          _rows("fedavg", "fedavgft", "ditto", "fedpac", "pfedfda", "pfedgm"), "curve"),
+          method_rows("fedavg", "fedavgft", "ditto", "fedpac", "pfedfda", "pfedgm"), "curve"),
     Table("runtime", "System runtime (min) on CIFAR-10/100 Dir(0.5)",
           ("cifar10-dir05", "cifar100-dir05"),
-          _rows("local", "fedavg", "fedavgft", "ditto", "fedper", "fedrep", "fedbabu", "pfedme",
-                "lgfedavg", "fedpac", "pfedfda", "pfedgm"), "runtime"),
+          method_rows("local", "fedavg", "fedavgft", "ditto", "fedper", "fedrep", "fedbabu",
+                      "pfedme", "lgfedavg", "fedpac", "pfedfda", "pfedgm"), "runtime"),
     Table("adaptation", "Ablation on the classifier head (NA / FA / GA)",
           STANDARD + CORRUPTION, ADAPTATION_ROWS),
     Table("objective", "Ablation on the personalized objective (NPO / WPO)", CORRUPTED_ALL,
-          (_variant("npo", "NPO", **{"personalized-objective": False}),
+          (variant("npo", "NPO", **{"personalized-objective": False}),
            Row("wpo", "WPO", "pfedgm", {"method": "pfedgm"}))),
     Table("decoupling", "Ablation on the shared objective and statistic extractor",
           CORRUPTED_ALL,
-          (_variant("gm", "G.M.", decoupling="gm"),
-           _variant("gm-c", "G.M. - C.", decoupling="gm-c"),
+          (variant("gm", "G.M.", decoupling="gm"),
+           variant("gm-c", "G.M. - C.", decoupling="gm-c"),
            Row("gm-d", "G.M. + D.", "pfedgm", {"method": "pfedgm"}))),
     Table("readings", "Phase 1's open readings: validation accuracy (%)", STUDY_COLUMNS,
           READINGS),
@@ -233,7 +102,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
     Table("navigator", "The navigator's initial scale: N(0, 1) against N(0, 1/d)",
           ("cifar100-dir05", "cifar10-dir05", "cifar100-dir01", "cifar10-dir01",
            "cifar10s-dir05-100c", "tinyimagenet-dir01"),
-          (_variant("scaled", "pFedGM, N(0, 1/d)", **{"navigator-std": LAYER_STD}),
+          (variant("scaled", "pFedGM, N(0, 1/d)", **{"navigator-std": LAYER_STD}),
            method_row("pfedfda"),
            Row("global", "pFedGM's navigator alone", "pfedgm",
                {"method": "pfedgm", **LITERAL_STD}, "acc-global"),

@@ -15,9 +15,10 @@ import io
 from pathlib import Path
 
 from .cells import Cell, Results, curve, read_cell
-from .grid import TABLES, Row, Table
+from .grid import TABLES
 from .paired import paired_gap, per_seed
 from .published import PUBLISHED
+from .rows import Row, Table
 
 
 def ours_row(table: Table) -> Row:
@@ -229,24 +230,10 @@ def round_lines(out: Results, table: Table, column: str) -> list[str]:
     return lines
 
 
-CSV_FIELDS = [
-    "table",
-    "row",
-    "label",
-    "column",
-    "seeds",
-    "rounds",
-    "mean",
-    "std",
-    "minutes",
-    "seconds_per_round",
-    "paper_mean",
-    "paper_std",
-    "gap_vs_ours",
-    "gap_se",
-    "wins",
-    "losses",
-]
+CSV_FIELDS = (
+    "table row label column seeds rounds mean std minutes seconds_per_round paper_mean "
+    "paper_std gap_vs_ours gap_se wins losses"
+).split()
 
 
 def csv_text(out: Results, table: Table) -> str:

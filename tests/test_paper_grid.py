@@ -21,9 +21,10 @@ from pfedgm_app.runconfig.common import AGGREGATIONS
 from pfedgm_app.runconfig.presets import PRESETS
 from pfedgm_paper import cli, grid, render
 from pfedgm_paper.cells import curve, read_cell
-from pfedgm_paper.grid import TABLES, VALIDATION, Run, runs
+from pfedgm_paper.grid import TABLES, Run, runs
 from pfedgm_paper.published import PUBLISHED
 from pfedgm_paper.runner import Engine, run_grid
+from pfedgm_paper.studies import VALIDATION
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,7 @@ from pfedgm_app.methods import METHODS, Method, markdown_table, parse_run_config
 from pfedgm_app.methods.base import ClientPlugin, ClientTask, Reply
 from pfedgm_app.runconfig.settings import ConfigError, Settings, at_least
 from pfedgm_engine.inprocess import run_inprocess
-from pfedgm_paper.grid import method_row
+from pfedgm_paper.rows import method_row
 
 TRAINED: list[int] = []  # the epochs of every round a toy client trained, in this process
 
