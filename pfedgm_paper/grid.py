@@ -31,8 +31,7 @@ from .studies import (
 )
 
 PAPER_ROUNDS = 200  # "all methods are trained for 200 global communication rounds"
-PFEDGM = method_row("pfedgm")
-ALL_METHODS = tuple(method_row(m) for m in METHODS)  # the registry's order is the paper's
+ALL_METHODS = method_rows(*METHODS)  # the registry's order is the paper's
 DIRS = ("dir01", "dir05")
 STANDARD = tuple(
     f"{d}-{a}" for d in ("emnist", "cifar10", "cifar100", "tinyimagenet") for a in DIRS

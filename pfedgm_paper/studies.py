@@ -6,6 +6,7 @@ one its paired differences start from."""
 from __future__ import annotations
 
 from pfedgm_app.runconfig.common import AGGREGATIONS
+from pfedgm_app.strategies.robust import FLOWER_ROBUST  # f: byzantine-nodes, default 1
 
 from .rows import Row, variant
 
@@ -92,8 +93,6 @@ PHASE2 = tuple(
     )
 )
 
-BYZANTINE = {a: ", f = 1" for a in ("krum", "multi-krum", "bulyan")}  # byzantine-nodes' default
-
 # What each aggregator, norm clip and pull bound costs an honest run (docs/robustness.md), on
 # validation (a default chosen by experiment never reads the test sets): pFedGM at the paper's
 # protocol with every server-side defence of `aggregation`, without clipping, with the former
@@ -103,7 +102,7 @@ AGGREGATION = tuple(
     variant(name, label, **VALIDATION, **keys)
     for name, label, keys in (
         *(
-            (f"val-agg-{a}", a + BYZANTINE.get(a, ""), {"aggregation": a})
+            (f"val-agg-{a}", a + (", f = 1" if a in FLOWER_ROBUST else ""), {"aggregation": a})
             for a in AGGREGATIONS
             if a != "mean"
         ),
