@@ -64,9 +64,14 @@ def protocol_differences(config: dict, column: str) -> list[str]:
 Results = Path | tuple[Path, ...]
 
 
+def searched(out: Results) -> tuple[Path, ...]:
+    """The results folders of `out`, in the order a run is looked for in them."""
+    return (out,) if isinstance(out, Path) else out
+
+
 def seed_folders(out: Results, column: str, run: str) -> dict[int, Path]:
     """{seed: folder} of the finished runs (`summary.json`) of `run` in `column`."""
-    for results in (out,) if isinstance(out, Path) else out:
+    for results in searched(out):
         base, found = results / column / run, {}
         for folder in sorted(base.glob("seed*")) if base.is_dir() else []:
             if RunFolder(folder).finished and folder.name[4:].isdigit():
@@ -129,7 +134,7 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
 
 def _beside(out: Results, home: Path) -> Path | None:
     """`home` when it is not the first of the results folders searched, else None."""
-    return None if home == (out if isinstance(out, Path) else out[0]) else home
+    return None if home == searched(out)[0] else home
 
 
 def curve(out: Results, column: str, run: str) -> dict[int, tuple[float, float]]:
