@@ -22,6 +22,7 @@ from .rows import Row, Table, method_row, method_rows, variant
 from .studies import (
     AGGREGATION,
     FINALISTS,
+    INFLUENCE,
     LAYER_STD,
     LITERAL_STD,
     NAVIGATOR_STD,
@@ -92,6 +93,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           ("cifar100-dir05", "cifar100-dir01"), NAVIGATOR_STD),
     Table("aggregation", "Each defence's honest cost: validation accuracy (%)",
           ("cifar10-dir05", "cifar100-dir05"), AGGREGATION),
+    Table("influence", "The influence bound's c, honest cost: validation accuracy (%)",
+          ("cifar10-dir05", "cifar100-dir05"), INFLUENCE),
     Table("phase2", "Phase 2's budget from a kept model: validation accuracy (%)",
           ("cifar100-dir05", "cifar100-dir01"), PHASE2),
     # The navigator's initial scale at 30 rounds (docs/notes/navigator-init.md): mu^0 from

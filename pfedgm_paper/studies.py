@@ -118,3 +118,24 @@ AGGREGATION = tuple(
         ("val-agg-default", "mean, clip-ratio 5, pull-bound 1 (default)", {}),
     )
 )
+
+# The influence bound's c (`clip-ratio`; docs/robustness.md): every reply's step at most c
+# typical clients' on each key, tried at 1, 1.5, 2, 3 and 5 (the default before it bounded the
+# weighted step), each with the pull bound of 1, on validation, at 50 rounds on both columns,
+# then 200 rounds on CIFAR-100 Dir(0.5) for the best two (`--runs`). The paired differences
+# start from the last row, no bound at all: the default is the smallest c whose honest cost
+# stays within one paired standard error of it at 200 rounds.
+INFLUENCE = tuple(
+    variant(name, label, **VALIDATION, **keys)
+    for name, label, keys in (
+        *(
+            (f"val-influence-{c:g}", f"c = {c:g}, pull bound 1", {"clip-ratio": c})
+            for c in (1.0, 1.5, 2.0, 3.0, 5.0)
+        ),
+        (
+            "val-influence-off",
+            "no bound (c = 0, no pull bound)",
+            {"clip-ratio": 0.0, "pull-bound": 0.0},
+        ),  # fmt: skip
+    )
+)

@@ -143,7 +143,9 @@ def test_flowers_krum_family_leaves_out_two_colluders_of_six():
         ("krum", 2, None),
         ("multi-krum", 2, (sizes[:, None] * np.stack(honest)).sum(0) / sizes.sum()),
     ):
-        strategy = PersonalizedFedAvg(aggregation=aggregation, byzantine_nodes=f, clip_ratio=0)
+        strategy = PersonalizedFedAvg(
+            aggregation=aggregation, byzantine_nodes=f, clip_ratio=0, pull_bound=0
+        )
         arrays, _ = _aggregate(strategy, current, replies)
         w = arrays["w"].numpy()
         assert np.all(w > 0.5), aggregation  # honest: about 1; a poisoned pick: -20
@@ -178,7 +180,7 @@ def test_a_round_of_one_or_two_replies_is_clipped_against_the_last_rounds():
     two = [_reply(1, _arrays(w=[1.0, 1.0]), 10), _reply(2, _arrays(w=[1e5, 1e5]), 10)]
     arrays, metrics = _aggregate(strategy, current, two)
     assert metrics["updates-clipped"] == 1 and np.abs(arrays["w"].numpy()).max() <= 5.5
-    assert strategy.state()["norms"] == [pytest.approx(2**0.5)]
+    assert strategy.state()["norms"] == {"w": [pytest.approx(2**0.5)]}
 
 
 def test_extras_a_method_does_not_use_and_oversized_replies_are_refused():
@@ -263,8 +265,8 @@ def test_replies_that_move_a_round_beyond_one_clients_worth_are_named():
     _, metrics = _aggregate(strategy, current, replies)
     named = {int(s.split("node ")[1].split(":")[0]): s for s in strategy.round_suspects(1)}
     assert sorted(named) == [6, 7, 8]
-    assert "pulls against the others' consensus (-" in named[6]
-    assert "update clipped" in named[7] and "weight 1e+06 capped at 2000" in named[8]
+    assert "pulls against the others' step (-" in named[6]
+    assert "update over 5 typical lengths" in named[7] and "weight 1e+06 capped at 2000" in named[8]
     assert metrics["update-pull-min"] < -3 and strategy.round_suspects(2) == []  # clipped: 5x
 
 
@@ -281,19 +283,20 @@ def test_an_update_pulling_back_beyond_one_clients_worth_is_scaled_to_the_pull_b
     arrays, metrics = _aggregate(bounded, current, replies)
     assert metrics["updates-pull-bounded"] == 1 and metrics["update-pull-min"] < -3
     assert "scaled to the pull bound" in bounded.round_suspects(1)[0]
-    from pfedgm_app.strategies.robust import bound_pulls
-    from pfedgm_app.strategies.suspects import flat_updates, pulls
+    from pfedgm_app.strategies.influence import bound_influence, flat_updates, pulls
 
     records = [{"w": u.astype(np.float32)} for u in updates]
-    out, which, before = bound_pulls(records, {"w": np.zeros(400, np.float32)}, 1.0)
-    assert which == [5] and before[5] < -5
-    after = pulls(flat_updates(out, {"w": np.zeros(400)}))
-    assert after[5] == pytest.approx(-1.0, rel=1e-5)
+    sent = {"w": np.zeros(400, np.float32)}
+    out, done = bound_influence([1.0] * 6, records, sent, 0.0, 1.0, {})
+    assert done.bounded == [5] and done.pulls[5] < -5
+    flat = flat_updates(out, sent)
+    after = pulls(flat, float(np.median(np.linalg.norm(flat_updates(records, sent), axis=1))))
+    assert after[5] == pytest.approx(-1.0, rel=1e-4)
     scale = out[5]["w"] / updates[5]
     np.testing.assert_allclose(scale, scale[0], rtol=1e-5)  # its direction kept
     assert all(out[i]["w"].tobytes() == records[i]["w"].tobytes() for i in range(5))
-    untouched, none, _ = bound_pulls(records, {"w": np.zeros(400, np.float32)}, 0.0)
-    assert none == [] and untouched[5]["w"].tobytes() == records[5]["w"].tobytes()
+    untouched, none = bound_influence([1.0] * 6, records, sent, 0.0, 0.0, {})
+    assert none.bounded == [] and untouched[5]["w"].tobytes() == records[5]["w"].tobytes()
     plain, _ = _aggregate(PersonalizedFedAvg(pull_bound=0.0), current, replies)
     push = [float(a["w"].numpy().astype(np.float64) @ direction) for a in (arrays, plain)]
     assert push[0] > 0 > push[1]  # the mean moves along the honest direction only when bounded
@@ -338,14 +341,19 @@ def test_a_forged_size_moves_neither_the_average_nor_the_headline_beyond_its_sha
     replies = [_reply(i, _arrays(w=[1.0, 1.0]), 100) for i in (1, 2, 3)]
     replies.append(_reply(4, _arrays(w=[-1.0, -1.0]), 2000))
     reported = {i: {"num-examples": 2000 if i == 4 else 100, "num-test": 500} for i in range(1, 5)}
-    capped = PersonalizedFedAvg(reported=reported, share_ratio=2.0, clip_ratio=0.0)
+    capped = PersonalizedFedAvg(reported=reported, share_ratio=2.0, clip_ratio=0.0, pull_bound=0)
     arrays, _ = _aggregate(capped, current, replies)
     np.testing.assert_allclose(arrays["w"].numpy(), [(300 - 200) / 500] * 2, rtol=1e-6)
     assert any("node 4: weight 2000 capped at 200" in s for s in capped.suspects)
-    exact = PersonalizedFedAvg(reported=reported, share_ratio=2.0, exact_sizes={4}, clip_ratio=0)
+    exact = PersonalizedFedAvg(reported=reported, exact_sizes={4}, clip_ratio=0, pull_bound=0)
     arrays, _ = _aggregate(exact, current, replies)
     np.testing.assert_allclose(arrays["w"].numpy(), [(300 - 2000) / 2300] * 2, rtol=1e-6)
     assert not any("capped" in s for s in exact.suspects)
+    # its true size, 20 typical clients: the influence bound (c = 1) still counts its step as
+    # one typical client's, reversed: (3 - 1) x 100 / 2300
+    bounded = PersonalizedFedAvg(reported=reported, exact_sizes={4}, clip_ratio=1.0, pull_bound=0)
+    arrays, _ = _aggregate(bounded, current, replies)
+    np.testing.assert_allclose(arrays["w"].numpy(), [200 / 2300] * 2, rtol=1e-6)
     rows = [{"accuracy": 0.4, "num-test": 100, "node-id": i} for i in (1, 2, 3)]
     rows.append({"accuracy": 0.0, "num-test": 1900, "node-id": 4})
     headline = capped.share_headline(summarize(rows, []))

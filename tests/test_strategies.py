@@ -30,7 +30,7 @@ def test_pfedgm_averages_generator_navigator_and_covariance_by_num_examples():
     current = _arrays(**{"w": [0, 0], "head.mu": [0, 0], "head.b": [0], "head.A": [1, 1]})
     a = _arrays(**{"w": [1, 2], "head.mu": [1, 1], "head.b": [3], "head.A": [1, 2]})
     b = _arrays(**{"w": [4, 8], "head.mu": [4, 4], "head.b": [0], "head.A": [4, 5]})
-    arrays, _ = _aggregate(PFedGM(), current, [_reply(1, a, 100), _reply(2, b, 300)])
+    arrays, _ = _aggregate(PFedGM(clip_ratio=0.0), current, [_reply(1, a, 100), _reply(2, b, 300)])
     expect = {"w": [3.25, 6.5], "head.mu": [3.25, 3.25], "head.b": [0.75], "head.A": [3.25, 4.25]}
     for key, value in expect.items():
         np.testing.assert_allclose(arrays[key].numpy(), value, rtol=1e-6)
@@ -42,7 +42,7 @@ def test_pfedgm_averages_a_as_covariances_and_b_as_mixture_weights_when_asked():
     current = _arrays(**{"w": [0, 0], "head.mu": [0, 0], "head.b": [0], "head.A": [1, 1]})
     a = _arrays(**{"w": [1, 2], "head.mu": [1, 1], "head.b": [3], "head.A": [1, 2]})
     b = _arrays(**{"w": [4, 8], "head.mu": [4, 4], "head.b": [0], "head.A": [4, 5]})
-    strategy = PFedGM(covariance_average="covariance", bias_average="mixture")
+    strategy = PFedGM(covariance_average="covariance", bias_average="mixture", clip_ratio=0.0)
     arrays, _ = _aggregate(strategy, current, [_reply(1, a, 100), _reply(2, b, 300)])
     expect = {"w": [3.25, 6.5], "head.mu": [3.25, 3.25],
               "head.b": [np.log(0.25 * np.exp(3) + 0.75)],
@@ -108,7 +108,7 @@ def test_keys_kept_local_and_metrics_that_differ_are_merged_as_documented():
     current = _arrays(w=[0.0], head=[5.0])
     full = _raw(1, _content(_arrays(w=[1.0], head=[3.0]), {"num-examples": 10, "loss": 2.0}))
     body = _raw(2, _content(_arrays(w=[4.0]), {"num-examples": 30, "loss": 1.0, "extra": 7.0}))
-    strategy = PersonalizedFedAvg(metric_keys=("loss", "extra"))
+    strategy = PersonalizedFedAvg(metric_keys=("loss", "extra"), clip_ratio=0.0)
     arrays, metrics = _aggregate(strategy, current, [full, body])
     np.testing.assert_allclose(arrays["w"].numpy(), [3.25])
     np.testing.assert_allclose(arrays["head"].numpy(), [3.0])
@@ -133,7 +133,8 @@ def test_the_weighted_mean_is_flowers_fedavg_to_the_last_bit():
     rng = np.random.default_rng(0)
     replies = [_reply(n, _arrays(w=rng.normal(size=50), b=rng.normal(size=3)), int(k))
                for n, k in ((1, 13), (2, 977), (3, 250))]  # fmt: skip
-    ours, _ = _aggregate(PersonalizedFedAvg(), _arrays(w=np.zeros(50), b=np.zeros(3)), replies)
+    plain = PersonalizedFedAvg(clip_ratio=0.0)  # the arithmetic, no reply bounded
+    ours, _ = _aggregate(plain, _arrays(w=np.zeros(50), b=np.zeros(3)), replies)
     flowers = aggregate_arrayrecords([m.content for m in replies], "num-examples")
     for key in ("w", "b"):
         assert np.array_equal(ours[key].numpy(), flowers[key].numpy())
@@ -239,7 +240,7 @@ def test_fedpac_averages_body_aggregates_prototypes_and_combines_heads_per_clien
         replies.append(
             _reply_with_extras(node, _arrays(w=[node, node]), n, _arrays(**extras[node]))
         )
-    strategy = FedPAC()
+    strategy = FedPAC(clip_ratio=0.0)
     arrays, _ = _aggregate(strategy, current, replies)
     np.testing.assert_allclose(arrays["w"].numpy(), [1.75, 1.75])  # body: FedAvg
     assert np.array_equal(arrays["head.weight"].numpy(), np.zeros((K, d)))  # heads not averaged

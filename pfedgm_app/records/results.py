@@ -44,6 +44,7 @@ class RunWriter:
         self.dropped: list[str] = []  # Phase 1's dropped replies ("round r: node n: why")
         self.rounds_without_update: dict[int, str] = {}  # round -> why nothing was aggregated
         self.suspects: list[str] = []  # replies that moved a round beyond one client's worth
+        self.largest_share: dict[str, float] = {}  # the largest share of a step one node had
         self.rounds_before = 0  # rounds that trained its `initial-model` (summary's)
 
     @classmethod
@@ -185,6 +186,7 @@ class RunWriter:
             summary["accuracy-by-type"] = by_type
         summary["dropped-replies"] = self.dropped
         summary["suspects"] = list(self.suspects)
+        summary["largest-share"] = dict(self.largest_share)
         summary["rounds-without-update"] = {
             str(r): w for r, w in self.rounds_without_update.items()
         }

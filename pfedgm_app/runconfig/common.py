@@ -122,12 +122,12 @@ class RunConfig(Settings):
         "updates closest to the others; bulyan needs n >= 4f + 3 replies)")
     trim_fraction: float = at_least(0, 0.2, below=0.5,  # at each end: below half, some remain
         doc="`trimmed-mean`: the share of the replies cut at each end, per coordinate")
-    clip_ratio: float = at_least(0, 5.0, at_most=1e6, doc="an update whose norm exceeds this "
-        "many times the round's median update norm is scaled down to it (0: no clipping; at "
-        "least 3 replies)")
-    pull_bound: float = at_least(0, 1.0, at_most=1e6, doc="an update that pulls against the "
-        "others' consensus by more than this many typical update lengths is scaled down to "
-        "pull that much (0: no bound; at least 3 replies)")
+    clip_ratio: float = at_least(0, 5.0, at_most=1e6, doc="c: no reply moves a round more "
+        "than c typical clients' steps on any array (its weighted update scaled down to c "
+        "times the round's median; 0: no bound)")
+    pull_bound: float = at_least(0, 1.0, at_most=1e6, doc="a reply that takes back more "
+        "than this many typical clients' steps of the others' aggregate step is scaled down "
+        "to take back that much (0: no bound; at least 2 replies)")
     weight_ratio: float = above(0, 20.0, at_most=1e6, doc="a client counts at most this many "
         "times the median size the clients reported at query (its weight in the mean, its test "
         "size in the personalized mean)")

@@ -78,6 +78,7 @@ def experiment(
     writer.mark("trained")
     writer.save_weights(arrays)
     writer.training_problems(strategy.dropped, rounds.failed, strategy.suspects)
+    writer.largest_share = strategy.largest_share
 
     # Phase 2: personalized client adaptation and evaluation, on every evaluated client
     writer.finish(cfg, len(clients), *evaluation.run(arrays))
@@ -139,6 +140,8 @@ class Evaluation:
                 extra = evaluation_row(*self.run(arrays, server_round))
             if suspects := self.strategy.round_suspects(server_round):
                 extra["suspects"] = suspects
+            if influence := self.strategy.round_influence(server_round):
+                extra["influence"] = influence  # each node's share of the step, those bounded
             writer.on_round(server_round, arrays, metrics, **extra)
             checkpoint.save(writer.run_dir, server_round, arrays, self.strategy.state())
 

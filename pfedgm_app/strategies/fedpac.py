@@ -78,12 +78,18 @@ def combination_weights(
     return alpha / alpha.sum()
 
 
+# The statistics' bound, in the round's median client: a vote each, not a step (the influence
+# bound's c, `clip-ratio`, bounds the updates and may go down to 1, where half of the honest
+# class means would be scaled); 5 stays above every honest round measured (3.1 at most).
+STATISTICS_RATIO = 5.0
+
+
 def prototype_bound(protos: np.ndarray, counts: np.ndarray, clip_ratio: float) -> float | None:
     """The most a row of `protos` (m, K, d) or of `h-ref` may weigh this round: `clip_ratio`
     times the median over clients of each one's median norm of the class means it holds
     (count > 0). One number per client, so that a client's many rows are one vote. None
     (nothing clipped) with fewer than three voters or a zero median: no scale to stand for the
-    round, as in `robust.clip_updates`.
+    round, as in `influence.typical`.
 
     Honest class means of one round have norms of one scale (post-LeakyReLU CNN features of one
     generator): on CIFAR-10/100 partitions, at initialization, after training and after one
@@ -206,12 +212,12 @@ class FedPAC(PersonalizedFedAvg):
 
         - counts: at most the reply's weight (its claim capped by `weight_bound`) in sum.
         - `protos` rows at most `prototype_bound`: c_k is a convex combination of the clients'
-          means, so one far mean moves it without bound. Clipped (as `robust.clip_updates`
+          means, so one far mean moves it without bound. Clipped (as `influence`
           clips an update) rather than dropped: the bound needs every admitted reply, whose
           generators are averaged by now, and a clipped row moves c_k no further than a row
           at the bound, which the client could send anyway.
-        - `h-ref` rows at the same bound, and V_i at most `clip_ratio` times the round's median
-          of V_j n_j, over n_i (V_i is a 1/n_i-scaled feature energy: 2.9x the median at
+        - `h-ref` rows at the same bound, and V_i at most `STATISTICS_RATIO` times the round's
+          median of V_j n_j, over n_i (V_i is a 1/n_i-scaled feature energy: 2.9x the median at
           most on the measured partitions). A huge H_j or V_j only lowers client j's own
           alpha_ij, but sets `simplex_qp`'s step (1 / lambda_max(P)): with H_j or V_j of 1e6
           the honest clients' weights stay near the uniform start (measured: alphas off by up
@@ -224,12 +230,13 @@ class FedPAC(PersonalizedFedAvg):
                 stats[wire.CLASS_COUNTS] * np.where(over, weights / np.maximum(n, 1), 1.0)[:, None]
             )
         scaled = {wire.CLASS_COUNTS: over}
-        bound = prototype_bound(stats[wire.PROTOS], stats[wire.CLASS_COUNTS], self.clip_ratio)
+        ratio = STATISTICS_RATIO if self.clip_ratio else 0.0  # clip-ratio 0: nothing bounded
+        bound = prototype_bound(stats[wire.PROTOS], stats[wire.CLASS_COUNTS], ratio)
         if bound is not None:
             for key in (wire.PROTOS, wire.H_REF):
                 stats[key], scaled[key] = clip_rows(stats[key], bound)
             v, n = stats[wire.VARIANCE], np.maximum(n, 1)
-            v_bound = self.clip_ratio * float(np.median(v * n)) / n
+            v_bound = ratio * float(np.median(v * n)) / n
             stats[wire.VARIANCE], scaled[wire.VARIANCE] = np.minimum(v, v_bound), v > v_bound
         for i, node in enumerate(nodes):
             if names := [key for key, hit in scaled.items() if hit[i]]:

@@ -31,7 +31,7 @@ from .admission import ReplyAdmission
 from .contract import arrays_problem
 from .personalization_result import PersonalizationResult, collect
 from .probe import missing_handler
-from .robust import AGGREGATIONS, bound_pulls, clip_updates, combine, merge_arrays, weighted_mean
+from .robust import AGGREGATIONS, combine, merge_arrays, weighted_mean
 from .sampling import sample_nodes, wait_for_nodes
 from .suspects import MAX_RECORDED, SuspectNaming
 
@@ -64,10 +64,11 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
       reported sizes (`weight_bound`), and unless the server computed the node's sizes
       (`exact_sizes`), at most `share_ratio` times the round's typical weight, in the average
       and the headline (`share_capped`); the metrics of `metric_keys` only; replies at most
-      twice the model's bytes; updates norm-clipped at `clip_ratio` times the round's median,
-      scaled to pull against the others by at most `pull_bound` typical update lengths, and
+      twice the model's bytes; each reply's step bounded to `clip_ratio` typical clients'
+      steps on every key and to pull back at most `pull_bound` of them (`influence`), then
       combined by `aggregation` (`robust`). `dropped` lists the replies dropped,
-      `suspects` those used that moved a round more than one client's worth.
+      `suspects` those used that moved a round more than one client's worth, `influence`
+      each round's shares of the step and bounded nodes, `largest_share` the run's largest.
 
     Run it with Flower's `start`, or call `configure_train` / `aggregate_train` with the true
     round numbers from a loop of your own (the app's ServerApp does, to checkpoint and
@@ -106,7 +107,9 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         )
         self.clip_ratio, self.pull_bound, self.aggregation = clip_ratio, pull_bound, aggregation
         self.trim_fraction, self.byzantine_nodes = trim_fraction, byzantine_nodes
-        self.norms: list[float] = []  # the last rounds' median update norms (`clip_updates`)
+        self.norms: dict[str, list[float]] = {}  # key -> its last typical steps (`influence`)
+        self.influence: dict[int, dict] = {}  # round -> the bounds' record (`round_influence`)
+        self.largest_share: dict[str, float] = {}  # the run's largest: round, node, share, of n
         self.sampled: dict[int, set[int]] = {}  # round -> the nodes its messages went to
         self.dropped: list[str] = []  # "round r: node n: why", for the run's summary
         self.suspects: list[str] = []  # "round r: node n: why" (`SuspectNaming`)
@@ -123,12 +126,15 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         """What a checkpoint needs besides the arrays and rounds to continue as if never
         stopped: the sampling RNG, the clip's norm history. Subclasses extend it (numpy arrays,
         picklable values; per-client entries by `node_partitions`: nodes get new ids)."""
-        return {"rng": self.rng.getstate(), "norms": list(self.norms)}
+        return {"rng": self.rng.getstate(), "norms": dict(self.norms),
+                "largest-share": dict(self.largest_share)}  # fmt: skip
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Continue from `state` (`state()` of a stopped run)."""
         self.rng.setstate(state["rng"])
-        self.norms = list(state.get("norms", []))  # absent from a checkpoint of before
+        norms = state.get("norms")  # a list in a checkpoint of before the per-key bound
+        self.norms = dict(norms) if isinstance(norms, dict) else {}
+        self.largest_share = dict(state.get("largest-share", {}))
 
     def check_initial(self, arrays: ArrayRecord) -> None:
         """Raise ValueError where `arrays` cannot start this strategy's rounds (none here)."""
@@ -231,14 +237,10 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
             for m in used
         ]
         sent = None if current is None else {k: v.numpy() for k, v in current.items()}
-        records, clipped, ratio = clip_updates(records, sent, self.clip_ratio, self.norms)
-        records, bounded, pulled = bound_pulls(records, sent, self.pull_bound)
-        self.name_suspects(server_round, used, weights, clipped, bounded, pulled)
+        records, bounds = self.bounded_records(server_round, used, weights, records, sent)
+        counts.update(bounds)
         update = combine(weights, records, self.aggregation, self.trim_fraction,
                          self.average_transform(), self.byzantine_nodes)  # fmt: skip
-        counts.update({"updates-clipped": len(clipped), "update-norm-ratio-max": ratio,
-                       "updates-pull-bounded": len(bounded)})  # fmt: skip
-        counts.update({"update-pull-min": min(pulled)} if pulled else {})
         if update is None:  # Flower's Bulyan: fewer than 4f + 3 replies
             few = f"{len(used)} replies, too few for {self.aggregation} with f = "
             self.dropped.append(f"round {server_round}: the aggregate: {few}{self.byzantine_nodes}")

@@ -1,22 +1,7 @@
-"""How the round's usable replies become the new global arrays: norm clipping relative to the
-round, then a weighted mean, a trimmed mean or a coordinate-wise median (numpy + flwr only).
+"""How the round's usable replies, their influence bounded (`influence.bound_influence`),
+become the new global arrays: a weighted mean, a trimmed mean, a coordinate-wise median or one
+of Flower's Byzantine-robust strategies (numpy + flwr only).
 
-- Clipping: an update (a reply's arrays minus those sent) whose norm exceeds `clip_ratio` times
-  the round's median update norm is scaled down to that norm, its direction kept, so that one
-  client far from the others cannot take the model over. Honest rounds stay below the
-  default ratio (the largest ratio of each round is in `rounds.jsonl`; docs/robustness.md),
-  and an update under the bound is used as sent, to the last bit.
-- With fewer than 3 replies a round has no median of its own: the bound is then taken from
-  the median norms of the last rounds that had one (`NORM_HISTORY`); before any such round,
-  two replies are bounded by the smaller of their norms (a large update cannot raise its own
-  bound; a tiny one can only hold the round back, clipped and named), and a lone reply is
-  used as sent (nothing to compare it with).
-- Pull bounding (direction, not only size): an update that pulls against the round's
-  consensus (`suspects.pulls`: its projection on the coordinate-wise median of the other
-  updates, in typical update lengths) by more than `pull_bound` is scaled down until it pulls
-  exactly that much, so that no client takes back more than about one client's push. Honest
-  updates pull back by at most half a typical length (docs/robustness.md); a sign-flipped
-  step 9 times as long pulls back 2 to 10, inside the norm clip.
 - `AGGREGATIONS`: "mean" weighs each reply by its weight (FedAvg); "trimmed-mean" and
   "median" are Flower's `FedTrimmedAvg` and `FedMedian` per coordinate (unweighted, as
   Flower's), `trimmed-mean` cutting `trim_fraction` of the replies at each end; "krum",
@@ -36,73 +21,12 @@ from flwr.app import Array, ArrayRecord
 
 from pfedgm_app.runconfig.common import AGGREGATIONS
 
-from .suspects import flat_updates, pulls
-
 Transforms = Mapping[str, tuple[Callable, Callable]]
 
 
-NORM_HISTORY = 5  # rounds whose median update norm bounds a round of fewer than 3 replies
-
-
-def clip_updates(
-    records: list[dict[str, np.ndarray]],
-    sent: dict[str, np.ndarray] | None,
-    clip_ratio: float,
-    history: list[float] | None = None,
-) -> tuple[list[dict[str, np.ndarray]], list[int], float]:
-    """(records with every update above `clip_ratio` x the median norm scaled down to it, the
-    indices of those clipped, the largest norm / median ratio). Norms over the keys each
-    record shares with `sent` (the arrays the round sent, decoded). `history` (updated in
-    place) holds the median norms of the last `NORM_HISTORY` rounds of at least 3 records: a
-    round of fewer takes its median as the median; with no history yet, two records take the
-    smaller norm and one is used unchanged."""
-    history = [] if history is None else history
-    if sent is None or not records or not clip_ratio:
-        return records, [], 0.0
-    norms = []
-    for record in records:
-        squares = [np.sum((v.astype(np.float64) - sent[k]) ** 2) for k, v in record.items()]
-        norms.append(float(np.sqrt(sum(squares))))
-    if len(records) >= 3:
-        median = float(np.median(norms))
-        history[:] = [*history, median][-NORM_HISTORY:]
-    elif history:
-        median = float(np.median(history))
-    elif len(records) == 2:
-        median = min(norms)
-    else:
-        return records, [], 0.0
-    if median == 0:
-        return records, [], 0.0
-    bound, clipped, out = clip_ratio * median, [], []
-    for i, (record, norm) in enumerate(zip(records, norms, strict=True)):
-        if norm > bound:
-            record = scaled(record, sent, bound / norm)
-            clipped.append(i)
-        out.append(record)
-    return out, clipped, max(norms) / median
-
-
-def bound_pulls(
-    records: list[dict[str, np.ndarray]], sent: dict[str, np.ndarray] | None, pull_bound: float
-) -> tuple[list[dict[str, np.ndarray]], list[int], list[float]]:
-    """(records with every update that pulls below -`pull_bound` scaled down to pull exactly
-    that much, the indices of those bounded, every update's pull as sent). With fewer than 3
-    records there is no consensus: no pulls. `pull_bound` 0: pulls measured, none bounded."""
-    if sent is None or len(records) < 3:
-        return records, [], []
-    pulled = pulls(flat_updates(records, sent))
-    if not pull_bound:
-        return records, [], pulled
-    bounded = [i for i, pull in enumerate(pulled) if pull < -pull_bound]
-    out = [scaled(r, sent, pull_bound / -pulled[i]) if i in bounded else r
-           for i, r in enumerate(records)]  # fmt: skip
-    return out, bounded, pulled
-
-
-def scaled(record: dict[str, np.ndarray], sent: dict[str, np.ndarray], scale: float) -> dict:
-    """`record`'s update from `sent` times `scale`, each array in its own dtype."""
-    return {k: (sent[k] + scale * (v - sent[k])).astype(v.dtype) for k, v in record.items()}
+# The aggregations that weigh each reply by its weight: the influence bounds use the weights
+# there, and count every reply as one client under the others.
+WEIGHTED = ("mean", "multi-krum")
 
 
 def combine(
