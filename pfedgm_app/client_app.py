@@ -75,13 +75,9 @@ def train(msg: Message, context: Context) -> Message:
     ready = time.perf_counter()
     reply = plugin.train(model, task)
     compute = time.perf_counter() - ready
-    metrics = {
-        **reply.metrics,
-        wire.NUM_EXAMPLES: len(task.data.y_train),
-        wire.DATA_SECONDS: seconds,
-        "seconds-model": ready - started,
-        "seconds-compute": compute,
-    }
+    metrics = {**reply.metrics, wire.NUM_EXAMPLES: len(task.data.y_train),
+               wire.DATA_SECONDS: seconds, "seconds-model": ready - started,
+               "seconds-compute": compute}  # fmt: skip
     log_timing("train", data=seconds, model=ready - started, compute=compute)
     return train_reply(msg, reply.arrays, metrics, reply.extras)
 

@@ -142,10 +142,8 @@ def test_supernode_stop_ends_supernodes_with_their_children_and_no_other(tmp_pat
         found = {n.pid: n for n in supernodes()}
         stopped, kept = process_tree([pids[0], pids[2], beside]), process_tree([pids[1]])
         ports = [str(found[pids[i]].port) for i in (0, 2)]
-        started = time.monotonic()
         result = CliRunner().invoke(main, ["supernode", "stop", "--port", ports[0],
                                            "--port", ports[1]])  # fmt: skip
-        seconds = time.monotonic() - started
         survivors = {p for p in stopped if alive(p)}
         untouched = all(alive(p) for p in kept) and link.poll() is None
     finally:
@@ -159,4 +157,3 @@ def test_supernode_stop_ends_supernodes_with_their_children_and_no_other(tmp_pat
     ]
     assert len(stopped) >= 4 and beside in stopped and survivors == set(), (stopped, survivors)
     assert untouched, kept
-    assert seconds < 15, seconds

@@ -1,0 +1,103 @@
+"""The attacks aimed at the influence bound, per honest client, at the smallest federations.
+
+    python -m benchmarks.bench_influence [--methods fedavg,fedavgft,pfedgm] [--nodes 3,4,6]
+        [--attacks reversed-9,...] [--set clip-ratio=1.0] [--markdown FILE]
+
+Each attack of `devtools.attacks.ATTACKS` named here runs on MNIST, every SuperNode every
+round (`devtools.attacks.RUN`), beside its honest twin (the same run, every client honest),
+for each method and number of SuperNodes; "a little is enough" needs 2 colluders of 6 and
+runs at 6 only. Prints one row per run: the honest clients' mean accuracy (%) in the twin and
+under attack, the difference, the worst honest client's difference, the largest share of a
+round's step any node had, and what the records say. A row holds the issue's bar when the
+mean is within 5 points of its twin and each honest client within 10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+from benchmarks.bench_attacks import records_say
+from devtools.attacks import ATTACKS, run
+from pfedgm_app.records.run_folder import RunFolder
+from pfedgm_paper.cli import set_keys
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("PFEDGM_SHARED_DATA") or ROOT.parent / "shared" / "data") / "mnist"
+ATTACKS_HERE = ("reversed-9", "reversed-100", "random-bound", "max-harm", "a-little-1",
+                "a-little-1.5", "label-flip", "fixed-push")  # fmt: skip
+HEADER = ("attack", "method", "nodes", "honest", "attacked", "difference", "worst honest client",
+          "largest share", "holds", "records say")  # fmt: skip
+MEAN_POINTS, CLIENT_POINTS = 5.0, 10.0  # the bar: the mean's and each honest client's
+
+
+def accuracies(folder: Path) -> dict[int, float]:
+    """Partition id -> its personalized test accuracy (%)."""
+    rows = RunFolder(folder).read_clients()
+    return {int(r["partition-id"]): float(r["accuracy"]) for r in rows}
+
+
+def row(name: str, method: str, nodes: int, workdir: Path, keys: dict, twins: dict) -> tuple:
+    """One attack's row beside its honest twin (run once per method, nodes and keys)."""
+    attack = ATTACKS[name]
+    config = {**keys, "method": method}
+    twin_key = (method, nodes, tuple(sorted({**attack.run, **config}.items())))
+    if twin_key not in twins:
+        folder = workdir / f"honest-{len(twins)}"
+        run(attack, DATA, folder, honest=True, nodes=nodes, **config)
+        twins[twin_key] = accuracies(folder)
+    folder = workdir / f"{name}-{method}-{nodes}"
+    summary = run(attack, DATA, folder, nodes=nodes, **config)
+    attacked, honest = accuracies(folder), twins[twin_key]
+    kept = [p for p in honest if p not in attack.attackers and p in attacked]
+    before = sum(honest[p] for p in kept) / len(kept)
+    after = sum(attacked[p] for p in kept) / len(kept)
+    worst = min(attacked[p] - honest[p] for p in kept)
+    share = summary.get("largest-share", {}).get("share", 0.0)
+    holds = after >= before - MEAN_POINTS and worst >= -CLIENT_POINTS
+    return (name, method, nodes, before, after, after - before, worst, share,
+            "yes" if holds else "no", records_say(summary))  # fmt: skip
+
+
+def markdown(table: list[tuple]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    for values in table:
+        cells = [f"{v:.2f}" if isinstance(v, float) else str(v) for v in values]
+        cells[0] = f"{values[0]} ({ATTACKS[values[0]].summary})"
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", default="fedavg,fedavgft,pfedgm")
+    parser.add_argument("--nodes", default="3,4,6")
+    parser.add_argument("--attacks", default=",".join(ATTACKS_HERE))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--markdown", type=Path, help="also write the table here")
+    args = parser.parse_args()
+    keys, table, twins = set_keys(args.set), [], {}
+    with tempfile.TemporaryDirectory(prefix="pfedgm-influence-") as workdir:
+        for name in args.attacks.split(","):
+            for method in args.methods.split(","):
+                for nodes in [int(n) for n in args.nodes.split(",")]:
+                    if len(ATTACKS[name].attackers) > 1 and nodes < 6:
+                        continue  # colluders: 2 of 6
+                    table.append(row(name, method, nodes, Path(workdir), keys, twins))
+                    print(" | ".join(f"{v:.2f}" if isinstance(v, float) else str(v)
+                                     for v in table[-1]), flush=True)  # fmt: skip
+    print(markdown(table))
+    if args.markdown:
+        given = [f"--{k} {getattr(args, k)}" for k in ("methods", "nodes", "attacks")
+                 if getattr(args, k) != parser.get_default(k)]  # fmt: skip
+        command = " ".join(["python -m benchmarks.bench_influence", *given,
+                            *(f"--set {s}" for s in args.set)])  # fmt: skip
+        head = (f"# Attacks on the influence bound, MNIST, per honest client\n\n"
+                f"Generated by `{command}`.\n\n")  # fmt: skip
+        args.markdown.write_text(head + markdown(table))
+
+
+if __name__ == "__main__":
+    main()
