@@ -83,3 +83,25 @@ def test_one_client_reporting_accuracy_0_moves_the_headline_by_its_share_only(
     share = rows[0]["num-test"] / sum(r["num-test"] for r in rows.values())
     drop = baseline["mean-accuracy"] - attacked["mean-accuracy"]
     assert 0 < drop <= 100 * share + 1e-6, (drop, share)
+
+
+def test_the_records_say_each_nodes_share_of_every_step(mnist, tmp_path):
+    """4 SuperNodes, one sending its step reversed and 100 times as long: each round's record
+    holds every node's share of the step (summing to 1) and names the node clipped; the
+    summary keeps the run's largest share. At c = 1 the attacker's share stays that of a
+    client among four; with no bound at all it is nearly the whole step (and the model it
+    makes is one no client can train from: every later reply is dropped)."""
+    attack = ATTACKS["reversed-100"]
+    shares = {}
+    for c in (1.0, 0.0):
+        out = tmp_path / f"c{c:g}"
+        summary = run(attack, mnist, out, nodes=4, **{"clip-ratio": c, "pull-bound": 0.0})
+        nodes = {int(r["partition-id"]): str(r["node-id"]) for r in RunFolder(out).read_clients()}
+        lines = [r for r in RunFolder(out).read_rounds() if "influence" in r]
+        assert len(lines) == 3 or not c
+        assert all(sum(r["influence"]["shares"].values()) == pytest.approx(1) for r in lines)
+        shares[c] = max(r["influence"]["shares"][nodes[0]] for r in lines)
+        assert summary["largest-share"]["share"] >= shares[c]
+        if c:
+            assert all(int(nodes[0]) in r["influence"]["clipped"] for r in lines)
+    assert shares[1.0] < 0.4 and shares[0.0] > 0.9, shares
