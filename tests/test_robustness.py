@@ -304,7 +304,7 @@ def test_an_update_pulling_back_beyond_one_clients_worth_is_scaled_to_the_pull_b
 
 def test_honest_heterogeneous_updates_name_no_suspect():
     """Clients of a common direction with noise as large as it, sizes 20 to 2000 as reported:
-    no reply named, every update pushing along the others' consensus."""
+    no reply named, every update pushing along the others' step."""
     rng = np.random.default_rng(1)
     direction = rng.normal(0, 1.0, 2000)
     sizes = [20, 55, 140, 300, 506, 900, 1500, 2000]

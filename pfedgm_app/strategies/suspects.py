@@ -2,8 +2,8 @@
 (docs/robustness.md, "Nothing silent"). flwr + numpy only.
 
 A reply that stays inside every bound the server enforces can still steer a round: a weight
-claimed above its bound (capped), an update clipped to the round's influence bound, or an update
-that pulls against the round's consensus. None of these is an error, and each may be honest
+claimed above its bound (capped), an update far longer than the others' (`influence.LONG`), or
+an update that pulls against the round's progress. None of these is an error, and each may be honest
 once; the run names every one, so that a result moved by them is never reported as clean:
 
 - a pull (`influence.pulls`): a contribution's projection on the direction of the others'
