@@ -61,8 +61,9 @@ def rows(
     return out
 
 
-def markdown(table: list[tuple]) -> str:
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+def markdown(table: list[tuple], header: tuple[str, ...] = HEADER) -> str:
+    """The rows under `header`, each attack named with its summary."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in table:
         cells = [f"{v:.2f}" if isinstance(v, float) else str(v) for v in row]
         cells[0] = f"{row[0]} ({ATTACKS[row[0]].summary})"
