@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 NORM_HISTORY = 5  # rounds whose median contribution bounds a round of fewer than 3 replies
-# An update this many times a typical one's length on a key is named (`suspects`), whatever
-# its weight: no honest round measured reached it (docs/robustness.md), where a clip at c near
-# 1 scales half of the honest replies every round and names none.
+# An update this many times a typical one's whole length is named (`suspects`), whatever its
+# weight: no honest round measured reached it (docs/robustness.md), where a clip at c near 1
+# scales half of the honest replies every round and names none. On the whole update, not per
+# key: a small array's honest steps differ by more (one honest MNIST reply of six, 5.x).
 LONG = 5.0
 SAMPLED_COORDINATES = 1 << 14  # the pulls read every k-th coordinate, at most this many
 
@@ -46,7 +47,7 @@ class Influence:
     """What the bounds did to a round's replies (indices into the round's records)."""
 
     clipped: list[int] = field(default_factory=list)  # scaled on at least one key
-    long: list[int] = field(default_factory=list)  # an update of `LONG` typical lengths
+    long: list[int] = field(default_factory=list)  # an update over `LONG` typical lengths
     ratio: float = 0.0  # the largest contribution / typical one on any key, as sent
     bounded: list[int] = field(default_factory=list)  # scaled to the pull bound
     pulls: list[float] = field(default_factory=list)  # each one's pull after the clip
@@ -94,8 +95,9 @@ def clip_contributions(
 ) -> tuple[list[dict[str, np.ndarray]], Influence]:
     """Each key of each record scaled so that its contribution is at most `clip_ratio` times
     the key's typical one (`clip_ratio` 0: ratios measured, nothing scaled); the records whose
-    update itself is more than `LONG` typical lengths on a key named in `long`."""
+    whole update, unweighted, is more than `LONG` typical lengths named in `long`."""
     out, influence = [dict(r) for r in records], Influence()
+    squares = [0.0] * len(records)  # each update's squared length over every key
     for key in sorted(sent):
         held = [i for i, r in enumerate(records) if key in r]
         if not held:
@@ -103,8 +105,8 @@ def clip_contributions(
         base = sent[key].astype(np.float64)
         norms = [float(np.linalg.norm(records[i][key] - base)) for i in held]
         lengths = [relative[i] * n for i, n in zip(held, norms, strict=True)]
-        if (raw := typical(norms, None)) is not None:
-            influence.long += [i for i, n in zip(held, norms, strict=True) if n > LONG * raw]
+        for i, n in zip(held, norms, strict=True):
+            squares[i] += n * n
         if len(held) >= 3:
             history[key] = [*history.get(key, []), float(np.median(lengths))][-NORM_HISTORY:]
         bound = typical(lengths, history.get(key))
@@ -120,7 +122,10 @@ def clip_contributions(
                     records[i][key].dtype
                 )
                 influence.clipped.append(i)
-    influence.clipped, influence.long = sorted(set(influence.clipped)), sorted(set(influence.long))
+    influence.clipped = sorted(set(influence.clipped))
+    lengths = [float(np.sqrt(x)) for x in squares]
+    if (raw := typical(lengths, None)) is not None:
+        influence.long = [i for i, n in enumerate(lengths) if n > LONG * raw]
     return out, influence
 
 

@@ -74,7 +74,7 @@ class SuspectNaming:
             if (claim := self._claim(msg)) > weights[i]:
                 why.append(f"weight {claim:g} capped at {weights[i]:g}")
             if i in long:
-                why.append(f"update over {LONG:g} typical lengths, clipped to the influence bound")
+                why.append(f"update over {LONG:g} typical lengths")
             if pulled and pulled[i] < OPPOSED_PULL:
                 why.append(f"update pulls against the others' step ({pulled[i]:.1f} clients)")
             if i in bounded:
