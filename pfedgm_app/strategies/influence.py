@@ -117,10 +117,8 @@ def clip_contributions(
             continue
         for i, length in zip(held, lengths, strict=True):
             if length > clip_ratio * bound:
-                factor = clip_ratio * bound / length
-                out[i][key] = (sent[key] + factor * (records[i][key] - sent[key])).astype(
-                    records[i][key].dtype
-                )
+                scale = clip_ratio * bound / length
+                out[i][key] = scaled({key: records[i][key]}, sent, scale)[key]
                 influence.clipped.append(i)
     influence.clipped = sorted(set(influence.clipped))
     lengths = [float(np.sqrt(x)) for x in squares]

@@ -22,6 +22,7 @@ from .influence import LONG, Influence, bound_influence
 from .robust import WEIGHTED
 
 MAX_RECORDED = 1000  # entries of a strategy's `dropped` and `suspects` kept for the summary
+KEPT_ROUNDS = 10  # rounds whose `influence` record waits to be read (`round_influence`)
 OPPOSED_PULL = -1.0  # an update that undoes more than one typical client's push is named
 
 
@@ -88,6 +89,8 @@ class SuspectNaming:
         and the run's largest share in `largest_share` (with the round's number of replies,
         n: 1/n is an even share)."""
         nodes = [m.metadata.src_node_id for m in used]
+        for kept in [r for r in self.influence if r <= server_round - KEPT_ROUNDS]:
+            del self.influence[kept]  # a loop that never reads them (Flower's start) keeps few
         self.influence[server_round] = {
             "shares": {str(n): s for n, s in zip(nodes, bounds.shares, strict=True)},
             "clipped": [nodes[i] for i in bounds.clipped],
