@@ -199,7 +199,11 @@ def test_every_numeric_key_declares_both_bounds_and_each_bound_is_accepted():
                 elif "min" in f.metadata:
                     on_bounds[key] = f.metadata["min"]
     assert on_bounds["seed"] == 2**32 - 1 and on_bounds["test-fraction"] == 0.9
-    parse_run_config(on_bounds)
+    no_dp = {"dp-noise": 0.0, "dp-epsilon": 0.0}
+    parse_run_config({**on_bounds, **no_dp})
+    fixed = {"min-nodes": 0}  # DP counts a fixed federation; the noise or its target, not both
+    parse_run_config({**on_bounds, **fixed, "dp-epsilon": 0.0})
+    parse_run_config({**on_bounds, **fixed, "dp-noise": 0.0})
 
 
 def test_a_client_size_for_any_test_fraction_is_computed_not_searched():

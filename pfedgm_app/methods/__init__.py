@@ -165,7 +165,21 @@ def parse_run_config(run_config: Mapping[str, Any]) -> tuple[RunConfig, Method, 
     `method_settings.parse` checks it: one ConfigError naming the key and how to fix it,
     before any data is loaded or any round runs."""
     cfg, settings = method_settings.parse(run_config, _settings())
+    noise_multiplier(cfg)  # a target epsilon the rounds cannot reach: refused here
     return cfg, METHODS[cfg.method], settings
+
+
+def noise_multiplier(cfg: RunConfig) -> float:
+    """z of a DP run: `dp-noise`, or the smallest that spends at most `dp-epsilon` over the
+    run's rounds (ConfigError where none does); 0 without DP."""
+    if not cfg.dp_epsilon:
+        return cfg.dp_noise
+    from pfedgm_app.strategies.privacy import noise_for_epsilon  # flwr's accountant
+
+    try:
+        return noise_for_epsilon(cfg.dp_epsilon, max(cfg.num_server_rounds, 1), cfg.dp_delta)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def markdown_table() -> str:

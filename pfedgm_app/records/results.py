@@ -45,6 +45,7 @@ class RunWriter:
         self.rounds_without_update: dict[int, str] = {}  # round -> why nothing was aggregated
         self.suspects: list[str] = []  # replies that moved a round beyond one client's worth
         self.largest_share: dict[str, float] = {}  # the largest share of a step one node had
+        self.privacy: dict = {}  # a DP run's epsilon spent and how (`ClientLevelDP.record`)
         self.rounds_before = 0  # rounds that trained its `initial-model` (summary's)
 
     @classmethod
@@ -187,6 +188,7 @@ class RunWriter:
         summary["dropped-replies"] = self.dropped
         summary["suspects"] = list(self.suspects)
         summary["largest-share"] = dict(self.largest_share)
+        summary |= {"privacy": self.privacy} if self.privacy else {}
         summary["rounds-without-update"] = {
             str(r): w for r, w in self.rounds_without_update.items()
         }
@@ -272,6 +274,10 @@ def log_summary(summary: dict, outcome: PersonalizationResult) -> None:
     if outcome.failures:
         log(WARNING, "  %d client(s) failed: %s", len(outcome.failures), outcome.failures)
     log(INFO, "  outputs: %s", summary["output-dir"])
+    if privacy := summary.get("privacy"):  # what the model and its step reveal, in a number
+        spent = "  client-level DP: epsilon %.3g at delta %g spent over %d rounds; outside it: %s"
+        keys = ("epsilon", "delta", "releases", "outside")
+        log(INFO, spent, *(privacy[k] for k in keys))
     if suspects := summary.get("suspects"):  # last: a result moved by a client is not clean
         why = "%d client record(s) moved it beyond one client's worth, summary.json 'suspects'"
         log(WARNING, "  the result is suspect: " + why, len(suspects))

@@ -5,6 +5,7 @@ method's own keys are in `method_settings.py`.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 from .settings import ConfigError, Settings, above, at_least, setting
@@ -134,7 +135,24 @@ class RunConfig(Settings):
     share_ratio: float = at_least(0, 2.0, at_most=1e6, doc="a client whose sizes the server "
         "cannot compute (its own data, or data the ServerApp cannot read) counts at most this "
         "many typical clients in the means (0: no cap); a partition counts its true size")
+    # client-level differential privacy (docs/privacy.md, strategies/privacy.py), off by default
+    dp_epsilon: float = at_least(0, 0.0, at_most=1e6, doc="a target epsilon at `dp-delta` for "
+        "the run's rounds: the app sets the smallest noise multiplier that spends at most it "
+        "(Flower's RDP accountant); 0: none (no DP, or `dp-noise` as given)")
+    dp_noise: float = at_least(0, 0.0, at_most=1e4, doc="z: Gaussian noise of std z C / m on "
+        "the mean step of the m sampled clients (DP-FedAvg); 0: no DP unless `dp-epsilon`")
+    dp_clip: float = above(0, 1.0, at_most=1e6, doc="C: under DP each sampled client's step "
+        "(L2 over all its shared arrays) is clipped to C, and every client weighs 1/m")
+    dp_clip_quantile: float = at_least(0, 0.0, below=1, doc="0: C fixed; q in (0, 1): "
+        "Flower's adaptive clipping moves C (from `dp-clip`) toward the q-quantile of the "
+        "steps' norms (Andrew et al. 2021)")
+    dp_delta: float = above(0, 1e-5, below=1, doc="the delta at which epsilon is counted")
     # fmt: on
+
+    @property
+    def private(self) -> bool:
+        """Client-level DP is on (`dp-noise` or `dp-epsilon`)."""
+        return self.dp_noise > 0 or self.dp_epsilon > 0
 
     def validate(self, run: RunConfig | None = None) -> None:
         super().validate(self)
@@ -162,6 +180,25 @@ class RunConfig(Settings):
             )
         if not (self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+        if self.private:
+            privacy_problem(self)
+
+
+def privacy_problem(cfg: RunConfig) -> None:
+    """Raise ConfigError for DP settings whose guarantee cannot hold."""
+    if cfg.dp_noise and cfg.dp_epsilon:
+        raise ConfigError("give dp-noise or dp-epsilon, not both (dp-epsilon sets the noise)")
+    if cfg.aggregation != "mean":
+        raise ConfigError(
+            f"aggregation={cfg.aggregation!r} under DP: the guarantee covers the mean of "
+            "clipped steps only; set aggregation='mean'"
+        )
+    if cfg.min_nodes:
+        raise ConfigError("DP needs a fixed federation (min-nodes=0): the accountant counts "
+                          "rounds of a known population")  # fmt: skip
+    if importlib.util.find_spec("dp_accounting") is None:
+        raise ConfigError("DP counts epsilon with Flower's RDP accountant, which needs "
+                          "dp-accounting: pip install -e '.[dp]'")  # fmt: skip
 
 
 def parse_classes(classes: str) -> tuple[str, ...]:

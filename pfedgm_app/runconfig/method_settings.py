@@ -212,6 +212,12 @@ class PFedGMSettings(Settings):
         ):
             if value not in choices:
                 raise ConfigError(f"{key} must be one of {choices}, got {value!r}")
+        readings = (self.covariance_average, self.bias_average)
+        if run.private and readings != ("precision", "arithmetic"):
+            raise ConfigError(
+                "under DP nu and b are averaged as sent (the noise is added there): leave "
+                "covariance-average='precision' and bias-average='arithmetic'"
+            )
         if unknown := set(self.head_decay) - set(HEAD_DECAY):
             raise ConfigError(
                 f"head-weight-decay names {sorted(unknown)}: give a comma-separated subset of "

@@ -16,7 +16,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from pfedgm_app.data import Protocol
-from pfedgm_app.methods import Method
+from pfedgm_app.methods import Method, noise_multiplier
 from pfedgm_app.methods.base import ClientPlugin
 from pfedgm_app.protocol import wire
 from pfedgm_app.records import checkpoint, initial_model
@@ -24,6 +24,7 @@ from pfedgm_app.records.results import RunWriter, accuracy_by_type, evaluation_r
 from pfedgm_app.runconfig.common import RunConfig
 from pfedgm_app.runconfig.settings import ConfigError, Settings
 from pfedgm_app.strategies import PersonalizationResult, PersonalizedFedAvg, summarize
+from pfedgm_app.strategies.privacy import ClientLevelDP, epsilon_after
 
 from .federation import known_sizes, model_input, node_partitions, query_new_nodes, use_known_sizes
 from .rounds import AfterRound, Rounds
@@ -79,6 +80,8 @@ def experiment(
     writer.save_weights(arrays)
     writer.training_problems(strategy.dropped, rounds.failed, strategy.suspects)
     writer.largest_share = strategy.largest_share
+    if strategy.privacy is not None:
+        writer.privacy = strategy.privacy.record(strategy.outside_privacy)
 
     # Phase 2: personalized client adaptation and evaluation, on every evaluated client
     writer.finish(cfg, len(clients), *evaluation.run(arrays))
@@ -229,6 +232,26 @@ def build_strategy(
         aggregation=cfg.aggregation,
         trim_fraction=cfg.trim_fraction,
         byzantine_nodes=cfg.byzantine_nodes,
+        privacy=client_level_dp(cfg, len(train_nodes or node_partitions)),
         **(settings.strategy_options() if settings is not None else {}),
     )
     return strategy
+
+
+def client_level_dp(cfg: RunConfig, population: int) -> ClientLevelDP | None:
+    """The run's DP (`dp-*` keys) over `population` clients, m = q N sampled a round; None
+    without it. Logs what it will spend: the influence bounds give way to its clip."""
+    if not cfg.private:
+        return None
+    sample = min(max(int(population * cfg.fraction_train), 1), population)
+    z = noise_multiplier(cfg)
+    dp = ClientLevelDP(z, cfg.dp_clip, cfg.dp_delta, population, sample, cfg.dp_clip_quantile)
+    log(
+        INFO,
+        "pFedGM app: client-level DP, z=%.4g, C=%g, %d of %d clients a round: epsilon %.3g at "
+        "delta %g after %d rounds (clip-ratio, pull-bound give way to the clip)",
+        z, cfg.dp_clip, sample, population,
+        epsilon_after(z, max(cfg.num_server_rounds, 1), cfg.dp_delta),
+        cfg.dp_delta, cfg.num_server_rounds,
+    )  # fmt: skip
+    return dp

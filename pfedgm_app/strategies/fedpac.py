@@ -125,6 +125,9 @@ class FedPAC(PersonalizedFedAvg):
     **kwargs : any argument of `PersonalizedFedAvg` / `flwr.serverapp.strategy.FedAvg`.
     """
 
+    outside_privacy = PersonalizedFedAvg.outside_privacy + "; the extras: each client's head, "
+    outside_privacy += "class prototypes and counts, and feature statistics"
+
     def __init__(
         self,
         *,

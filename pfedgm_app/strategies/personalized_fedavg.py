@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping
-from logging import ERROR, INFO, WARNING
+from logging import INFO, WARNING
 from typing import Any
 
 from flwr.app import (
@@ -29,14 +29,14 @@ from pfedgm_app.protocol import wire
 
 from .admission import ReplyAdmission
 from .contract import arrays_problem
-from .personalization_result import PersonalizationResult, collect
-from .probe import missing_handler
+from .personalize_round import PersonalizeRound
+from .privacy import ClientLevelDP
 from .robust import AGGREGATIONS, combine, merge_arrays, weighted_mean
 from .sampling import sample_nodes, wait_for_nodes
 from .suspects import MAX_RECORDED, SuspectNaming
 
 
-class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
+class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, PersonalizeRound, FedAvg):
     """FedAvg with what personalized methods need from the server.
 
     - Keys a client keeps local (absent from its reply) keep their current global value
@@ -66,7 +66,8 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
       and the headline (`share_capped`); the metrics of `metric_keys` only; replies at most
       twice the model's bytes; each reply's step bounded to `clip_ratio` typical clients'
       steps on every key and to pull back at most `pull_bound` of them (`influence`), then
-      combined by `aggregation` (`robust`). `dropped` lists the replies dropped,
+      combined by `aggregation` (`robust`); with `privacy` (`privacy.ClientLevelDP`), DP's
+      clip bounds each reply and its noisy mean is the step. `dropped` lists the replies dropped,
       `suspects` those used that moved a round more than one client's worth, `influence`
       each round's shares of the step and bounded nodes, `largest_share` the run's largest.
 
@@ -75,6 +76,9 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
     evaluate between rounds). All keyword arguments of `flwr.serverapp.strategy.FedAvg` are
     accepted.
     """
+
+    # what a client sends besides its shared arrays: outside a DP run's epsilon (`privacy`)
+    outside_privacy = "the train metrics (loss, sizes, seconds); the personalize round's accuracies"
 
     def __init__(
         self,
@@ -94,11 +98,14 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         aggregation: str = "mean",
         trim_fraction: float = 0.2,
         byzantine_nodes: int = 1,
+        privacy: ClientLevelDP | None = None,
         **fedavg_kwargs,
     ) -> None:
         super().__init__(**fedavg_kwargs)
-        if aggregation not in AGGREGATIONS:
-            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+        if aggregation not in AGGREGATIONS or (privacy and aggregation != "mean"):
+            why = "'mean' under DP" if privacy else f"one of {AGGREGATIONS}"
+            raise ValueError(f"aggregation must be {why}, got {aggregation!r}")
+        self.privacy = privacy
         self.reported = reported  # node id -> its query metrics: the bounds of its weights
         self.exact_sizes = frozenset(exact_sizes)  # nodes whose `reported` the server computed
         self.weight_ratio, self.share_ratio = weight_ratio, share_ratio
@@ -126,8 +133,9 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         """What a checkpoint needs besides the arrays and rounds to continue as if never
         stopped: the sampling RNG, the clip's norm history. Subclasses extend it (numpy arrays,
         picklable values; per-client entries by `node_partitions`: nodes get new ids)."""
+        privacy = {} if self.privacy is None else {"privacy": self.privacy.state()}
         return {"rng": self.rng.getstate(), "norms": dict(self.norms),
-                "largest-share": dict(self.largest_share)}  # fmt: skip
+                "largest-share": dict(self.largest_share), **privacy}  # fmt: skip
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Continue from `state` (`state()` of a stopped run)."""
@@ -135,6 +143,8 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         norms = state.get("norms")  # a list in a checkpoint of before the per-key bound
         self.norms = dict(norms) if isinstance(norms, dict) else {}
         self.largest_share = dict(state.get("largest-share", {}))
+        if self.privacy is not None and "privacy" in state:
+            self.privacy.load_state(state["privacy"])
 
     def check_initial(self, arrays: ArrayRecord) -> None:
         """Raise ValueError where `arrays` cannot start this strategy's rounds (none here)."""
@@ -145,16 +155,6 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
         self.check_initial(initial_arrays)
         self.check_personalize_handler(grid, kwargs.get("timeout", 3600))
         return super().start(grid, initial_arrays, *args, **kwargs)
-
-    def check_personalize_handler(self, grid: Grid, timeout: float = 3600) -> None:
-        """Before round 1, one node gets a `personalize_message_type` message without arrays:
-        a ClientApp with no handler for it (Flower's "No ... function registered") ends the run
-        here, in one line naming the decorator to add, not after every round has trained. Any
-        other answer (the handler failing on the empty message) passes."""
-        node = min(wait_for_nodes(grid, self.min_available_nodes, timeout=self.node_wait_timeout))
-        if why := missing_handler(grid, node, self.personalize_message_type, timeout):
-            log(ERROR, "pFedGM app: %s", why)  # `pfedgm run` shows the app's line last
-            raise RuntimeError(why)
 
     # -- training rounds ----------------------------------------------------------------------
     def configure_train(
@@ -220,30 +220,36 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
                     self.dropped.append(f"round {server_round}: node {node}: {problem}")
             else:
                 used.append(msg)
-        self.sampled.pop(server_round, None)
+        sampled = sorted(self.sampled.pop(server_round, ()), key=self._order)
         log(INFO, "aggregate_train: %d of %d replies used", len(used), len(replies))
-        counts = {"replies-dropped": len(replies) - len(used)}
+        counts: dict[str, float] = {"replies-dropped": len(replies) - len(used)}
         if not used:
             return None, MetricRecord(counts)
         # Sums in a fixed order: replies arrive in any order, and float addition is not
         # associative, so the same run would otherwise differ in the last bits from run to run.
-        partitions = self.node_partitions or {}
-        used.sort(
-            key=lambda m: (partitions.get(m.metadata.src_node_id, -1), m.metadata.src_node_id)
-        )
+        used.sort(key=lambda m: self._order(m.metadata.src_node_id))
         weights = self.round_weights(used)
         records = [
             {k: v.numpy() for k, v in m.content.array_records[self.arrayrecord_key].items()}
             for m in used
         ]
         sent = None if current is None else {k: v.numpy() for k, v in current.items()}
-        records, bounds = self.bounded_records(server_round, used, weights, records, sent)
-        counts.update(bounds)
-        update = combine(weights, records, self.aggregation, self.trim_fraction,
-                         self.average_transform(), self.byzantine_nodes)  # fmt: skip
-        if update is None:  # Flower's Bulyan: fewer than 4f + 3 replies
+        if self.privacy is not None:  # DP's clip bounds each reply (`privacy`)
+            steps = {m.metadata.src_node_id: r for m, r in zip(used, records, strict=True)}
+            update = self.privacy.step(sampled, steps, sent or {})
+            update = None if update is None else self.privatized(update, sent or {})
+            counts.update({"dp-epsilon": self.privacy.spent().epsilon,
+                           "dp-clipping-norm": self.privacy.clipping_norm})  # fmt: skip
+            few = "no sampled node or shared array to release"
+        else:
+            records, bounds = self.bounded_records(server_round, used, weights, records, sent)
+            counts.update(bounds)
+            update = combine(weights, records, self.aggregation, self.trim_fraction,
+                             self.average_transform(), self.byzantine_nodes)  # fmt: skip
             few = f"{len(used)} replies, too few for {self.aggregation} with f = "
-            self.dropped.append(f"round {server_round}: the aggregate: {few}{self.byzantine_nodes}")
+            few += str(self.byzantine_nodes)  # Flower's Bulyan: fewer than 4f + 3 replies
+        if update is None:
+            self.dropped.append(f"round {server_round}: the aggregate: {few}")
             return None, MetricRecord(counts)
         arrays = merge_arrays(current, ArrayRecord({k: Array(v) for k, v in update.items()}))
         extras = {
@@ -266,6 +272,14 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
             totals[key + "-total"] = sum(m.get(key, 0.0) for m in metrics)
         return arrays, MetricRecord({**means, **totals, **counts})
 
+    def _order(self, node: int) -> tuple[int, int]:
+        return (self.node_partitions or {}).get(node, -1), node
+
+    def privatized(self, update: dict, sent: dict) -> dict:
+        """The noisy mean made usable by post-processing, which costs no privacy (e.g. a
+        variance kept positive); as it came by default."""
+        return update
+
     def average_transform(self) -> dict[str, tuple[Callable, Callable]]:
         """{key: (to, back)}: arrays of `key` are averaged as to(x) and the mean mapped back by
         back(), e.g. precisions averaged as covariances (none here: every array as sent)."""
@@ -274,27 +288,3 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, FedAvg):
     def aggregate_problem(self, arrays: ArrayRecord) -> str | None:
         """Why the new global arrays must not be used (an invariant broken), or None."""
         return arrays_problem(arrays)
-
-    # -- the personalize round ----------------------------------------------------------------
-    def personalize(
-        self,
-        grid: Grid,
-        arrays: ArrayRecord,
-        config: ConfigRecord,
-        timeout: float = 3600,
-        nodes: Iterable[int] | None = None,
-    ) -> PersonalizationResult:
-        """Send `arrays` to `nodes` (default: every connected node); each personalizes and
-        evaluates."""
-        nodes = sorted(grid.get_node_ids() if nodes is None else nodes)
-        log(
-            INFO, "personalize: sending '%s' to %d nodes", self.personalize_message_type, len(nodes)
-        )
-        content = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
-        messages = self.messages(content, nodes, self.personalize_message_type)
-        replies = grid.send_and_receive(messages, timeout=timeout)
-        caps = {n: self.weight_bound(n, wire.NUM_TEST) for n in nodes}
-        result = collect(
-            replies, len(nodes), timeout, self.personalize_message_type, self.reported, caps
-        )
-        return self.share_headline(result)

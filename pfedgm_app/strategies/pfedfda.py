@@ -32,6 +32,19 @@ class PFedFDA(PersonalizedFedAvg):
         self.means_key = means_key
         self.covariance_key = covariance_key
 
+    def privatized(self, update: dict, sent: dict) -> dict:
+        """Under DP the noise breaks Sigma's symmetry and may its positivity: it is made
+        symmetric and its eigenvalues kept at least half the smallest of the Sigma sent
+        (post-processing: no privacy spent)."""
+        key = self.covariance_key
+        if key in update and key in sent:
+            cov = np.asarray(update[key], dtype=float)
+            values, vectors = np.linalg.eigh((cov + cov.T) / 2)
+            floor = np.linalg.eigvalsh(np.asarray(sent[key], dtype=float)).min() / 2
+            cov = (vectors * np.maximum(values, floor)) @ vectors.T
+            update[key] = cov.astype(update[key].dtype)
+        return update
+
     def reject_reason(self, content: RecordDict) -> str | None:
         for record in content.array_records.values():
             if self.covariance_key not in record:

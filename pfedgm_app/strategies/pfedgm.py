@@ -76,6 +76,15 @@ class PFedGM(PersonalizedFedAvg):
             transforms[self.bias_key] = (np.exp, np.log)
         return transforms
 
+    def privatized(self, update: dict, sent: dict) -> dict:
+        """Under DP the noise may push a precision A below zero: each entry is kept at least
+        half its value sent, so nu stays positive (post-processing: no privacy spent)."""
+        for key in self.covariance_keys:
+            if key in update and key in sent:
+                floor = np.asarray(sent[key]) / 2
+                update[key] = np.maximum(update[key], floor).astype(update[key].dtype)
+        return update
+
     def check_initial(self, arrays: ArrayRecord) -> None:
         """psi's and nu's arrays must be there, nu^0 positive."""
         missing = [k for k in self.navigator_keys + self.covariance_keys if k not in arrays]
