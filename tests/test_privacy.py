@@ -122,7 +122,7 @@ def test_pfedgm_under_dp_keeps_nu_positive_and_records_the_epsilon_each_round():
     arrays, metrics = strategy.aggregate_train(1, replies)
     assert arrays is not None and (arrays["head.A"].numpy() >= 0.5).all()
     assert metrics["dp-epsilon"] == pytest.approx(epsilon_after(50.0, 1, 1e-5))
-    assert "update-share-max" not in metrics  # the median-relative bounds give way to the clip
+    assert metrics["update-share-max"] == 0.5  # 10^6 examples claimed weigh as one client
 
 
 def _parse(**keys) -> None:
@@ -166,3 +166,35 @@ def test_the_adaptive_clip_settles_at_the_quantile_of_the_steps_norms():
         for _ in range(100):
             dp.step(list(range(40)), steps, sent)
         assert dp.clipping_norm == pytest.approx(settles, rel=0.2)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_dp_run_under_a_hostile_client_counts_its_epsilon_and_bounds_the_attacker(
+    mnist, tmp_path
+):
+    """FedAvg on MNIST, 4 SuperNodes every round, one sending its step reversed and 100
+    times as long with 1e9 examples claimed, through the real engine. Under DP its step is
+    clipped to C, so its share of the step is about that of an honest step (their steps
+    reach C too);
+    each round's record holds the epsilon spent so far, the accountant's for that many
+    releases."""
+    from devtools.attacks import ATTACKS, run
+    from pfedgm_app.records.run_folder import RunFolder
+
+    attack, dp = ATTACKS["reversed-100"], {"dp-noise": 0.05, "dp-clip": 1.0}
+    summary = run(attack, mnist, tmp_path / "dp", nodes=4, **dp)
+    nodes = {
+        int(r["partition-id"]): str(r["node-id"]) for r in RunFolder(tmp_path / "dp").read_clients()
+    }
+    rows = [r for r in RunFolder(tmp_path / "dp").read_rounds() if "dp-epsilon" in r]
+    assert [r["round"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert r["dp-epsilon"] == pytest.approx(epsilon_after(0.05, r["round"], 1e-5))
+        assert int(nodes[0]) in r["influence"]["clipped"]  # the attacker's step, every round
+        # C of the step, about what each honest step of length C or more holds: without a
+        # bound the attacker's share is over 0.9 (test_attacks)
+        assert r["influence"]["shares"][nodes[0]] < 1 / 3
+    privacy = summary["privacy"]
+    assert privacy["epsilon"] == pytest.approx(rows[-1]["dp-epsilon"]) and privacy["releases"] == 3
+    assert privacy["delta"] == 1e-5 and "train metrics" in privacy["outside"]

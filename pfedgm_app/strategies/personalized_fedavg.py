@@ -236,10 +236,10 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, PersonalizeRound, FedAvg
         sent = None if current is None else {k: v.numpy() for k, v in current.items()}
         if self.privacy is not None:  # DP's clip bounds each reply (`privacy`)
             steps = {m.metadata.src_node_id: r for m, r in zip(used, records, strict=True)}
+            clip = self.privacy.clipping_norm  # this round's C (adaptive clipping moves it)
             update = self.privacy.step(sampled, steps, sent or {})
             update = None if update is None else self.privatized(update, sent or {})
-            counts.update({"dp-epsilon": self.privacy.spent().epsilon,
-                           "dp-clipping-norm": self.privacy.clipping_norm})  # fmt: skip
+            counts.update(self.private_records(server_round, used, self.privacy, clip))
             few = "no sampled node or shared array to release"
         else:
             records, bounds = self.bounded_records(server_round, used, weights, records, sent)

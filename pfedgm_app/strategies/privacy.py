@@ -79,6 +79,7 @@ class ClientLevelDP:
             raise ValueError("DP needs a noise multiplier and a clipping norm above 0")
         self.noise_multiplier, self.delta, self.population = noise_multiplier, delta, population
         self.quantile, self.adaptive = quantile, quantile > 0
+        self.norms: dict[int, float] = {}  # node -> its step's length, in the last round
         self.accountant = accountant(delta, population)
         # Adaptive clipping spends part of z on the count of unclipped steps (std sigma_b:
         # Andrew et al.'s m / 20, or z where that is too little to split); the step's noise
@@ -134,6 +135,7 @@ class ClientLevelDP:
         else:  # no step to clip: the release is the noise alone
             std = self.wrapper.noise_multiplier * self.clipping_norm / len(sampled)
             mean = {k: base[k] + np.random.normal(0, std, base[k].shape) for k in keys}
+        self.norms = norms  # each node's step length, for the round's record
         if self.adaptive:
             self.adapt(sum(norms.get(n, 0.0) <= self.clipping_norm for n in sampled), len(sampled))
         event = GaussianPrivacyEvent(self.noise_multiplier, len(sampled), self.population)

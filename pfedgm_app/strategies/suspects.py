@@ -19,6 +19,7 @@ import numpy as np
 from flwr.app import Message
 
 from .influence import LONG, Influence, bound_influence
+from .privacy import ClientLevelDP
 from .robust import WEIGHTED
 
 MAX_RECORDED = 1000  # entries of a strategy's `dropped` and `suspects` kept for the summary
@@ -56,6 +57,21 @@ class SuspectNaming:
             "update-share-max": max(bounds.shares, default=0.0),
         }
         return records, counts | ({"update-pull-min": min(bounds.pulls)} if bounds.pulls else {})
+
+    def private_records(
+        self, server_round: int, used: list[Message], privacy: ClientLevelDP, clip: float
+    ) -> dict[str, float]:
+        """A DP round's counts for `rounds.jsonl` (epsilon spent so far, C, the steps
+        clipped) and its shares of the step: each reply's step length clipped to C, over
+        their sum. A reply longer than C is clipped, not suspect: under DP that is routine."""
+        nodes = [m.metadata.src_node_id for m in used]
+        lengths = [min(privacy.norms.get(n, 0.0), clip) for n in nodes]
+        total = sum(lengths)
+        shares = [x / total if total > 0 else 1 / len(nodes) for x in lengths]
+        clipped = [i for i, n in enumerate(nodes) if privacy.norms.get(n, 0.0) > clip]
+        self.record_influence(server_round, used, Influence(clipped=clipped, shares=shares))
+        return {"dp-epsilon": privacy.spent().epsilon, "dp-clipping-norm": clip,
+                "updates-clipped": len(clipped), "update-share-max": max(shares)}  # fmt: skip
 
     def name_suspects(
         self,
