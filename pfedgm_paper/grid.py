@@ -27,6 +27,8 @@ from .studies import (
     LITERAL_STD,
     NAVIGATOR_STD,
     PHASE2,
+    PRIVACY,
+    PRIVACY_CLIP,
     READINGS,
     STUDY_COLUMNS,
 )
@@ -95,6 +97,10 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           ("cifar10-dir05", "cifar100-dir05"), AGGREGATION),
     Table("influence", "The influence bound's c, honest cost: validation accuracy (%)",
           ("cifar10-dir05", "cifar100-dir05"), INFLUENCE),
+    Table("privacy-clip", "DP's clipping norm at epsilon 4: validation accuracy (%)",
+          ("cifar10-dir05",), PRIVACY_CLIP),
+    Table("privacy", "Personalized accuracy (%) against epsilon (delta 1e-5), 50 rounds",
+          ("cifar10-dir05",), PRIVACY),
     Table("phase2", "Phase 2's budget from a kept model: validation accuracy (%)",
           ("cifar100-dir05", "cifar100-dir01"), PHASE2),
     # The navigator's initial scale at 30 rounds (docs/notes/navigator-init.md): mu^0 from

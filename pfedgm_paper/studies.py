@@ -5,6 +5,7 @@ one its paired differences start from."""
 
 from __future__ import annotations
 
+from pfedgm_app.methods import METHODS
 from pfedgm_app.runconfig.common import AGGREGATIONS
 from pfedgm_app.strategies.robust import FLOWER_ROBUST  # f: byzantine-nodes, default 1
 
@@ -137,5 +138,37 @@ INFLUENCE = tuple(
             "no bound (c = 0, no pull bound)",
             {"clip-ratio": 0.0, "pull-bound": 0.0},
         ),  # fmt: skip
+    )
+)
+
+# Client-level DP (docs/privacy.md): personalized accuracy against epsilon at delta 1e-5 for
+# the methods that keep part of their model at home and FedAvg, 50 rounds on CIFAR-10
+# Dir(0.5) (100 clients, q = 0.3). C is chosen first, on validation at epsilon 4 (the grid's
+# middle), per method: 0.1, 1, or C following the median step (Andrew et al.'s quantile 0.5,
+# the DP counterpart of the influence bound at c = 1).
+PRIVATE_METHODS = ("pfedgm", "pfedfda", "fedpac", "fedavgft", "fedavg")
+EPSILONS = (8.0, 4.0, 2.0, 1.0)
+CLIPS = {
+    "0.1": {"dp-clip": 0.1},
+    "1": {"dp-clip": 1.0},
+    "median": {"dp-clip": 1.0, "dp-clip-quantile": 0.5},
+}
+PRIVACY_CLIP = tuple(
+    Row(
+        f"{m}-val-dp4-clip-{c}",
+        f"{METHODS[m].label}, C {c}",
+        f"{m}-val-dp4-clip-{c}",
+        {"method": m, **VALIDATION, "dp-epsilon": 4.0, **keys},
+    )  # fmt: skip
+    for m in PRIVATE_METHODS
+    for c, keys in CLIPS.items()
+)
+DP_CLIP = CLIPS["median"]  # the clip of the epsilon table until the study above chooses
+PRIVACY = tuple(
+    Row(f"{m}-{tag}", f"{METHODS[m].label}, {label}", f"{m}-{tag}", {"method": m, **keys})
+    for m in PRIVATE_METHODS
+    for tag, label, keys in (
+        ("no-dp", "no DP", {}),
+        *((f"dp{e:g}", f"epsilon {e:g}", {"dp-epsilon": e, **DP_CLIP}) for e in EPSILONS),
     )
 )

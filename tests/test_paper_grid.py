@@ -29,12 +29,12 @@ from pfedgm_paper.studies import VALIDATION
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_every_column_is_a_preset_and_every_row_a_method_or_pfedgm_variant():
+def test_every_column_is_a_preset_and_every_row_a_method_or_its_variant():
     for table in TABLES.values():
         assert all(column in PRESETS for column in table.columns), table.name
         for row in table.rows:
             assert row.keys["method"] in METHODS
-            assert row.run == row.keys["method"] or row.run.startswith("pfedgm-")
+            assert row.run == row.keys["method"] or row.run.startswith(row.keys["method"] + "-")
 
 
 def test_rows_reading_one_run_share_it_across_tables():
