@@ -38,6 +38,9 @@ def test_example_project_runs_pfedgm_and_personalization_beats_its_global_model(
     run = run_app(cfg, 4, flower_env, timeout=900, app_dir=EXAMPLE)
     assert run.ok, run.log[-3000:]
     summary, folder = run.summary, RunFolder(tmp_path / "out")
+    # `PFedGM(fraction_train=q)`, every other option its default: no message the ClientApp
+    # cannot answer, no reply dropped, no client failed
+    assert summary["failures"] == [] and summary["dropped-replies"] == []
     assert summary["num-clients-evaluated"] == len(folder.read_clients()) == 4  # every client
     assert [r["round"] for r in folder.read_rounds()] == [1, 2, 3]  # the app's files
     assert folder.global_model.exists() and folder.read_config()["num-clients"] == 4

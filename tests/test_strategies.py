@@ -510,3 +510,11 @@ def test_personalize_replies_outside_the_contract_are_failures_not_the_mean():
     assert [f.split(":")[0] for f in result.failures] == [f"node {n}" for n in range(3, 11)]
     nothing = collect(hostile, 8, 60, "train.personalize", reported)  # no usable row
     assert nothing.mean_accuracy is None and len(nothing.failures) == 8
+
+
+def test_a_strategy_built_with_defaults_sends_no_evaluate_message():
+    """Flower's `start` asks `configure_evaluate` every round; the app's ClientApp answers no
+    `evaluate`, so by default there is none (federated evaluation is the personalize round)."""
+    for strategy in (PFedGM(), PersonalizedFedAvg()):
+        assert strategy.fraction_evaluate == 0.0
+        assert list(strategy.configure_evaluate(1, ArrayRecord(), ConfigRecord(), None)) == []

@@ -174,9 +174,10 @@ pfedgm run --run-config "preset='cifar10-dir05' dp-epsilon=8 num-server-rounds=5
   weigh 1/m each whatever they claim, and Gaussian noise of std z C / m joins the mean
   (Flower's `DifferentialPrivacyServerSideFixedClipping`, `strategies/privacy.py`). The
   global model of every round is (epsilon, delta)-DP for any one client's whole data, and
-  so is each personalized model toward every client but its own (whose data it holds). This is central DP: the ServerApp still sees
-  each reply in the clear, so it must be trusted; what the DP protects against is everyone
-  who sees the models after it (other clients, whoever gets a checkpoint or the final model).
+  so is each personalized model toward every client but its own (whose data it holds). This
+  is central DP: the ServerApp still sees each reply in the clear, so it must be trusted;
+  what the DP protects against is everyone who sees the models after it (other clients,
+  whoever gets a checkpoint or the final model).
 - **The count.** Flower's `RdpAccountant` (install `pip install -e ".[dp]"`), each round one
   Gaussian release of sensitivity C, without amplification by sampling (Flower's model for
   its fixed-clipping wrappers): the epsilon holds whichever clients were sampled, and is

@@ -216,7 +216,6 @@ def build_strategy(
     """
     strategy = method.strategy_class()(
         fraction_train=cfg.fraction_train,
-        fraction_evaluate=0.0,  # the paper evaluates once, after personalization
         min_train_nodes=1,
         min_available_nodes=cfg.min_nodes or len(node_partitions),
         node_wait_timeout=cfg.node_wait_timeout if cfg.min_nodes else None,

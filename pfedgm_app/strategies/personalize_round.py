@@ -4,12 +4,14 @@ that every ClientApp answers it, and the round itself. flwr only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from logging import ERROR, INFO
+from typing import Any
 
-from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
 
 from pfedgm_app.protocol import wire
 
@@ -19,7 +21,47 @@ from .sampling import wait_for_nodes
 
 
 class PersonalizeRound:
-    """Phase 2 for a `PersonalizedFedAvg`: a mixin reading its message type, nodes, bounds."""
+    """Flower's loop around a `PersonalizedFedAvg` (`start`, `summary`) and Phase 2 after it
+    (`personalize`): a mixin reading its message type, nodes, bounds and options."""
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        """Flower's rounds (`FedAvg.start`), after the checks that would otherwise fail only
+        after them: the initial arrays (`check_initial`) and the clients' personalize handler.
+        The global model is `Result.arrays`; `personalize(grid, result.arrays, config)` then
+        gives each client's personalized accuracy (`PersonalizationResult`)."""
+        self.check_initial(initial_arrays)
+        self.check_personalize_handler(grid, timeout)
+        return super().start(  # type: ignore[misc]  # FedAvg's, after this mixin
+            grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn
+        )
+
+    def summary(self) -> None:
+        """Flower's summary lines, then the strategy's own options (`options`)."""
+        super().summary()  # type: ignore[misc]
+        log(INFO, "\t└──> %s:", type(self).__name__)
+        for key, value in self.options().items():
+            log(INFO, "\t\t├── %s: %s", key, value)
+
+    def options(self) -> dict[str, Any]:
+        """The options this strategy adds to FedAvg's, for `summary`; subclasses extend it."""
+        dp = self.privacy
+        privacy = "off" if dp is None else f"z={dp.noise_multiplier:.4g}, C={dp.clipping_norm:g}"
+        return {
+            "aggregation": self.aggregation,
+            "influence bound": f"clip-ratio={self.clip_ratio:g}, pull-bound={self.pull_bound:g}",
+            "weights": f"weight-ratio={self.weight_ratio:g}, share-ratio={self.share_ratio:g}",
+            "client-level DP": privacy,
+            "personalize message": self.personalize_message_type,
+        }
 
     def check_personalize_handler(self, grid: Grid, timeout: float = 3600) -> None:
         """Before round 1, one node gets a `personalize_message_type` message without arrays:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 from typing import Any
 
 from flwr.app import (
@@ -23,14 +23,14 @@ from flwr.app import (
 )
 from flwr.common import log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvg, Result
+from flwr.serverapp.strategy import FedAvg
 
 from pfedgm_app.protocol import wire
 
 from .admission import ReplyAdmission
 from .contract import arrays_problem
 from .personalize_round import PersonalizeRound
-from .privacy import ClientLevelDP
+from .privacy import ClientLevelDP, quiet
 from .robust import AGGREGATIONS, combine, merge_arrays, weighted_mean
 from .sampling import sample_nodes, wait_for_nodes
 from .suspects import MAX_RECORDED, SuspectNaming
@@ -101,7 +101,11 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, PersonalizeRound, FedAvg
         privacy: ClientLevelDP | None = None,
         **fedavg_kwargs,
     ) -> None:
-        super().__init__(**fedavg_kwargs)
+        # Federated evaluation is off unless asked for: the paper evaluates once, each client
+        # after personalizing (`personalize`), and the app's ClientApp answers no `evaluate`.
+        # Flower warns at 0; here that is the default, not a surprise.
+        with quiet(enabled="fraction_evaluate" not in fedavg_kwargs, level=ERROR):
+            super().__init__(**{"fraction_evaluate": 0.0, **fedavg_kwargs})
         if aggregation not in AGGREGATIONS or (privacy and aggregation != "mean"):
             why = "'mean' under DP" if privacy else f"one of {AGGREGATIONS}"
             raise ValueError(f"aggregation must be {why}, got {aggregation!r}")
@@ -148,13 +152,6 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, PersonalizeRound, FedAvg
 
     def check_initial(self, arrays: ArrayRecord) -> None:
         """Raise ValueError where `arrays` cannot start this strategy's rounds (none here)."""
-
-    def start(self, grid: Grid, initial_arrays: ArrayRecord, *args, **kwargs) -> Result:
-        """Flower's rounds, after the checks that would otherwise fail only after them: the
-        initial arrays (`check_initial`) and the clients' personalize handler."""
-        self.check_initial(initial_arrays)
-        self.check_personalize_handler(grid, kwargs.get("timeout", 3600))
-        return super().start(grid, initial_arrays, *args, **kwargs)
 
     # -- training rounds ----------------------------------------------------------------------
     def configure_train(

@@ -67,6 +67,10 @@ class PFedGM(PersonalizedFedAvg):
         """The train metrics and Phase 1's diagnostics (`wire.PFEDGM_METRICS`)."""
         return wire.TRAIN_METRICS + wire.PFEDGM_METRICS
 
+    def options(self) -> dict[str, object]:
+        return {**super().options(), "nu averaged as": self.covariance_average,
+                "b averaged as": self.bias_average}  # fmt: skip
+
     def average_transform(self) -> dict[str, tuple[Callable, Callable]]:
         """{key: (to, back)}: the arrays averaged as to(x), the mean mapped back by back()."""
         transforms = {}

@@ -192,15 +192,16 @@ def norm(arrays: Mapping[str, np.ndarray], base: Mapping[str, np.ndarray]) -> fl
 
 
 @contextmanager
-def quiet() -> Iterator[None]:
-    """Flower's INFO lines held back (its warnings still show)."""
+def quiet(enabled: bool = True, level: int = logging.WARNING) -> Iterator[None]:
+    """Flower's log lines below `level` held back (by default its INFO lines)."""
     logger = logging.getLogger("flwr")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
+    before = logger.level
+    if enabled:
+        logger.setLevel(level)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        logger.setLevel(before)
 
 
 def accountant(delta: float, population: int) -> Any:

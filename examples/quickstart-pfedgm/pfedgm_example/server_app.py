@@ -16,7 +16,7 @@ def main(grid: Grid, context: Context) -> None:
     cfg = context.run_config
     # the app's files and checks: a finished run's output-dir is refused before round 1
     outputs = RunOutputs.start(cfg["output-dir"]) if cfg["output-dir"] else None
-    strategy = PFedGM(fraction_train=cfg["fraction-train"], fraction_evaluate=0.0)
+    strategy = PFedGM(fraction_train=cfg["fraction-train"])  # no federated evaluation by default
     torch.manual_seed(0)  # a reproducible start
     initial = ArrayRecord(Net().state_dict())
     result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=cfg["num-server-rounds"])
