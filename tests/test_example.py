@@ -243,7 +243,7 @@ def test_the_package_builds_a_wheel_another_project_can_depend_on(tmp_path):
     shutil.copytree(
         ROOT / "pfedgm_app", source / "pfedgm_app", ignore=shutil.ignore_patterns("__pycache__")
     )
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     cmd = [
         sys.executable,
@@ -262,6 +262,8 @@ def test_the_package_builds_a_wheel_another_project_can_depend_on(tmp_path):
         names = z.namelist()
         meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert f"Version: {pfedgm_app.__version__}" in meta and "Requires-Dist: flwr" in meta
+    assert "License-Expression: Apache-2.0" in meta and "License-File: LICENSE" in meta
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert {"pfedgm_app/learning/phases.py", "pfedgm_app/strategies/pfedgm.py"} <= set(names)
     assert not [n for n in names if n.startswith(("tests/", "examples/", "benchmarks/"))]
 
