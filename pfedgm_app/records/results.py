@@ -22,6 +22,7 @@ from pfedgm_app.strategies import PersonalizationResult, summarize
 
 from . import checkpoint, initial_model
 from .plots import dataset_label, plot_rounds
+from .progress import round_line
 from .run_folder import RunFolder
 from .run_outputs import check_new_run_dir, evaluation_row, set_aside_unfinished, summary_of
 
@@ -47,6 +48,7 @@ class RunWriter:
         self.largest_share: dict[str, float] = {}  # the largest share of a step one node had
         self.privacy: dict = {}  # a DP run's epsilon spent and how (`ClientLevelDP.record`)
         self.rounds_before = 0  # rounds that trained its `initial-model` (summary's)
+        self.last_round = 0  # num-server-rounds (`write_config`), for the time left
 
     @classmethod
     def create(cls, cfg: RunConfig, settings: Settings, started: float | None = None) -> RunWriter:
@@ -110,6 +112,7 @@ class RunWriter:
         resumed run's must have the stopped run's clients (checked before it is rewritten)."""
         if cfg.resume:
             checkpoint.check_clients(self.run_dir, num_clients, cfg.min_nodes)
+        self.last_round = cfg.num_server_rounds
         self._prepare()
         config = {**cfg.to_run_config(), **settings.to_run_config()}
         self.folder.write_config(
@@ -139,6 +142,9 @@ class RunWriter:
         last = self.times.get("round", self.times.get("rounds", now))
         elapsed = self.earlier + now - self.times["started"]
         self.append_round(server_round, metrics, seconds=now - last, **extra, **{ELAPSED: elapsed})
+        row = {**dict(metrics or {}), "round": server_round, "seconds": now - last, **extra}
+        pace = (self.rounds_run, now - self.times.get("rounds", now))  # this sitting's
+        log(INFO, "%s", round_line(row | {ELAPSED: elapsed}, self.last_round, *pace))
         self.times["round"] = time.time()
 
     def save_weights(self, arrays: ArrayRecord) -> Path:
