@@ -21,6 +21,7 @@ from typing import Any
 from pfedgm_app.methods import parse_run_config, run_config_keys
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_app.runconfig.common import RunConfig
+from pfedgm_app.runconfig.presets import dropped_by_preset
 from pfedgm_app.runconfig.settings import ConfigError
 from pfedgm_app.runconfig.shared_data import shared_parquet
 
@@ -86,6 +87,14 @@ def check(run_config: Mapping[str, Any]) -> tuple[list[str], RunConfig | None]:
     except ConfigError as exc:
         return [*found, str(exc)], None
     return [*found, *dataset_problems(cfg.dataset), *output_dir_problems(cfg)], cfg
+
+
+def preset_notices(run_config: Mapping[str, Any]) -> list[str]:
+    """The keys given that the preset's values replace (`presets.dropped_by_preset`)."""
+    try:
+        return dropped_by_preset(dict(run_config), run_config_keys())
+    except ConfigError:  # an unknown preset: `check` says so
+        return []
 
 
 def unknown_key(key: str, known: Mapping[str, Any]) -> str:

@@ -212,14 +212,17 @@ def _checked(run_config: tuple[str, ...]) -> RunConfig:
     """The run's common settings when `run_config` passes `check.check`; else its problems,
     one line each, and exit 2."""
     from .check import check as check_run_config
-    from .check import read_run_config
+    from .check import preset_notices, read_run_config
 
     try:
-        problems, cfg = check_run_config(read_run_config(run_config))
+        given = read_run_config(run_config)
+        problems, cfg = check_run_config(given)
     except ConfigError as exc:
         problems, cfg = [str(exc)], None
     if problems or cfg is None:
         _refuse(problems)
+    for line in preset_notices(given):  # said, not refused: the run is what the preset says
+        click.echo(line, err=True)
     return cfg
 
 

@@ -23,6 +23,7 @@ import os
 import subprocess
 import tempfile
 import time
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,7 @@ def run_app(
     gpus_per_client: float = 0,
     app_dir: Path = APP_DIR,
     federation: str | None = None,
+    config_file: Path | None = None,
 ) -> FlowerRun:
     """Submit a run of the app in `app_dir` (this app by default; any Flower app folder)
     with `run_config` (keys of its `[tool.flwr.app.config]`; `output-dir` a fresh temporary
@@ -96,9 +98,15 @@ def run_app(
     `cpus_per_client` CPUs and `gpus_per_client` of a GPU; with it, the named
     federation of `$FLWR_HOME/config.toml` (e.g. one from `start_deployment`). `env` is the
     environment of the `flwr` commands, e.g. `offline_env(home)`: it sets FLWR_HOME, whose
-    managed SuperLink runs the app.
+    managed SuperLink runs the app. With `config_file` (a run-config TOML, `conf/*.toml`),
+    that file is the `--run-config`, as it is (Flower takes a file alone): `run_config` is
+    read from it, and it must name its `output-dir`.
     """
     started = time.time()
+    if config_file is not None:
+        run_config = tomllib.loads(config_file.read_text())
+        if not run_config.get("output-dir"):
+            raise ValueError(f"{config_file} names no output-dir: add output-dir = '/abs/path'")
     if not run_config.get("output-dir"):
         run_config = {**run_config, "output-dir": tempfile.mkdtemp(prefix="pfedgm-run-")}
     output_dir = Path(run_config["output-dir"]).resolve()
@@ -108,7 +116,8 @@ def run_app(
         if gpus_per_client:  # several ClientApps share a GPU: 1 / gpus_per_client at a time
             sim += f" client-resources-num-gpus={gpus_per_client}"
         simulation = [sim]
-    run_id = submit(app_dir, [run_config_arg(run_config)], simulation, federation, env)
+    given = str(config_file) if config_file is not None else run_config_arg(run_config)
+    run_id = submit(app_dir, [given], simulation, federation, env)
     status = follow(run_id, federation, env, deadline=started + timeout, output_dir=output_dir)
     log = flwr(["log", run_id, *_link(federation), "--show"], env, check=False).stdout
     folder = RunFolder(output_dir)

@@ -50,6 +50,34 @@ def test_check_accepts_the_defaults_and_every_preset():
     assert pfedgm("check", "--run-config", "preset='cifar100-dir01'").exit_code == 0
 
 
+def test_every_preset_is_a_conf_file_check_takes_as_it_is():
+    """`conf/<preset>.toml`, one per preset and no other, as the registry writes it
+    (`python -m devtools.reference`): a stale file fails here. Each passes `check` alone, as
+    Flower takes a run-config file, with the preset's keys."""
+    from pathlib import Path
+
+    from pfedgm_app.runconfig.presets import conf_file
+
+    conf = Path(APP_DIR) / "conf"
+    assert sorted(p.stem for p in conf.glob("*.toml")) == sorted(PRESETS)
+    for name, preset in PRESETS.items():
+        path = conf / f"{name}.toml"
+        assert path.read_text() == conf_file(preset), f"{path} is stale"
+        problems, cfg = check(read_run_config([str(path)]))
+        assert problems == [] and cfg is not None, (name, problems)
+        for key, value in preset.keys.items():
+            assert getattr(cfg, key.replace("-", "_"), value) == value, (name, key)
+
+
+def test_a_key_given_at_its_default_that_a_preset_replaces_is_said_in_one_line():
+    result = pfedgm("check", "--run-config", "preset='smoke-offline' num-server-rounds=200")
+    assert result.exit_code == 0 and "num-server-rounds=2 " in result.stdout
+    (line,) = result.stderr.splitlines()
+    assert "num-server-rounds=200" in line and "conf/smoke-offline.toml" in line
+    result = pfedgm("check", "--run-config", "preset='smoke-offline' num-server-rounds=7")
+    assert result.stderr == "" and "num-server-rounds=7 " in result.stdout  # given: it wins
+
+
 # `--run-config` values as Flower's examples and docs write them, and this app's own.
 RUN_CONFIGS = [
     ["num-server-rounds=5 learning-rate=0.05"],  # quickstart-pytorch's README

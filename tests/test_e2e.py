@@ -244,6 +244,16 @@ def test_cifar100s_preset_runs_pfedgm_with_corrupted_clients(flower_env, tmp_pat
     assert summary["accuracy-by-type"]["motion_blur"]["clients"] == 4
 
 
+def test_a_presets_conf_file_runs_through_flwr_run_as_it_is(flower_env, tmp_path, cifar10):
+    """`flwr run . --run-config conf/smoke-offline.toml`, the file alone as Flower takes it:
+    a copy with an output-dir added, as the app's notice advises for a changed key."""
+    copy = tmp_path / "smoke.toml"
+    text = (Path(__file__).resolve().parents[1] / "conf" / "smoke-offline.toml").read_text()
+    copy.write_text(text + f'output-dir = "{tmp_path / "out"}"\n')
+    run = run_app({}, 4, flower_env, timeout=900, config_file=copy)
+    _check_outputs(run, "pfedgm", 4, 2)
+
+
 def test_generalization_protocol_trains_seen_clients_only(flower_env, tmp_path, cifar10):
     """protocol=generalization through `flwr run`, 4 clients: client 0 (original, clean) alone
     trains; every client is personalized, the new ones (1 clean, 2 and 3 CIFAR-10S) make the

@@ -10,6 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pfedgm_app.runconfig.presets import PRESETS, conf_file
+
 from . import COMMAND
 from . import __doc__ as DOC
 from .privacy import leaves_device_block, privacy_page, record_replies
@@ -26,6 +28,15 @@ def default_data() -> Path:
     return Path(shared) / "mnist"
 
 
+def write_conf(folder: Path) -> None:
+    """`conf/<preset>.toml` for every preset, and no other file there."""
+    folder.mkdir(exist_ok=True)
+    for stale in folder.glob("*.toml"):
+        stale.unlink()
+    for preset in PRESETS.values():
+        (folder / f"{preset.name}.toml").write_text(conf_file(preset))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Write every page into `out`; 1 when privacy.md could not be written (no MNIST copy)."""
     parser = argparse.ArgumentParser(prog=COMMAND, description=DOC.splitlines()[0])
@@ -38,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     written = pages()
     for name, text in written.items():
         (args.out / name).write_text(text)
+    write_conf(ROOT / "conf")
     if not (args.data / "train.parquet").exists():
         print(
             f"wrote {sorted(written)}; privacy.md NOT written: no {args.data}/train.parquet "

@@ -200,8 +200,20 @@ def presets_page() -> str:
 
 {GENERATED}
 
-Each preset is a cell group of the paper's tables (`pfedgm_app/runconfig/presets.py`), given as the
-`preset` key, which combines with other keys (a key given with a non-default value wins):
+Each preset is a cell group of the paper's tables (`pfedgm_app/runconfig/presets.py`), and a
+run-config file, `conf/<preset>.toml`, that `flwr run` takes as it is, as Flower's baselines
+keep their experiments:
+
+```bash
+flwr run . --run-config conf/cifar100-dir01.toml \\
+  --federation-config "num-supernodes=100 client-resources-num-cpus=1"
+```
+
+Flower takes a file alone, without key=value pairs: to change a key (a method, the rounds, an
+`output-dir`), copy the file and edit the copy. The `preset` key gives the same keys by name
+and combines with others on the command line, where a key given with a value other than its
+default wins; one given at its default cannot be told from one not given, so the preset's
+value stays, and `pfedgm check` / `pfedgm run` say so in one line:
 
 ```bash
 flwr run . --run-config "preset='cifar100-dir01' method='fedpac'" \\

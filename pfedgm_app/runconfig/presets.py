@@ -140,6 +140,35 @@ def apply_preset(run_config: dict[str, Any], defaults: dict[str, Any]) -> dict[s
     return merged
 
 
+def dropped_by_preset(run_config: dict[str, Any], defaults: dict[str, Any]) -> list[str]:
+    """One line per key of `run_config` that `apply_preset` replaces by the preset's value:
+    given at its default, it cannot be told from a key not given."""
+    name = str(run_config.get("preset", ""))
+    if not name:
+        return []
+    keys = preset_keys(name)
+    return [
+        f"{key}={toml_value(value)} is its default, so preset {name!r} keeps its "
+        f"{toml_value(keys[key])}; to run with {toml_value(value)}, give a copy of "
+        f"conf/{name}.toml with it as --run-config"
+        for key, value in run_config.items()
+        if key in keys and key != "preset" and value == defaults.get(key) != keys[key]
+    ]
+
+
+def conf_file(preset: Preset) -> str:
+    """`conf/<name>.toml`: the preset's keys as a run-config file, which `flwr run .
+    --run-config conf/<name>.toml` takes as it is: every key in it wins (no `preset` key, no
+    default-value ambiguity); a copy with keys changed is a new experiment."""
+    head = [
+        f"# {preset.name}: {preset.table}",
+        f'# flwr run . --run-config conf/{preset.name}.toml --federation-config "num-supernodes='
+        f'{preset.num_supernodes}"',
+        "# Written from pfedgm_app/runconfig/presets.py by `python -m devtools.reference`.",
+    ]
+    return "\n".join([*head, *(f"{k} = {toml_value(v)}" for k, v in preset.keys.items())]) + "\n"
+
+
 def markdown_table() -> str:
     """The table of docs/presets.md (hub variants; each has an -offline twin)."""
     rows = ["| preset | reproduces | num-supernodes |", "|---|---|---|"]
