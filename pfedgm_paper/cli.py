@@ -178,8 +178,11 @@ def _run(args) -> int:
         return 0
     offline = {"HF_HUB_OFFLINE": "1"} if args.offline else {}  # a SuperLink started now: no hub
     engine = Engine(args.engine, args.workers, args.cpus, args.gpus, args.app.resolve(), offline)
+    extra = set_keys(args.set)
+    if extra.get("tracker", "none") != "none":  # a tracked grid's runs: one group per table
+        extra.setdefault("tracker-group", args.tables)
     failures = run_grid(
-        todo, args.out, args.rounds, engine, args.offline, set_keys(args.set), clients=args.clients
+        todo, args.out, args.rounds, engine, args.offline, extra, clients=args.clients
     )
     for run, status in failures:
         print(f"failed: {run.label()}: {status}", file=sys.stderr)

@@ -165,8 +165,12 @@ def runs(tables: list[str], seeds: list[int], columns: list[str] | None = None) 
 
 def run_config(run: Run, out: Path, rounds: int, offline: bool, extra: dict | None = None) -> dict:
     """The run-config of `run`: its preset, its row's keys, the seed (partition and training),
-    the budget, its folder; `resume` when a stopped run left a checkpoint there."""
+    the budget, its folder; `resume` when a stopped run left a checkpoint there. A tracked
+    run (`tracker` in `extra`) is named after its cell."""
     folder = run.folder(out)
+    extra = dict(extra or {})
+    if extra.get("tracker", "none") != "none":
+        extra.setdefault("tracker-name", f"{run.column}/{run.name}/seed{run.seed}")
     return {
         "preset": preset_name(run.column, offline),
         **run.keys,

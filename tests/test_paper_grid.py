@@ -63,6 +63,10 @@ def test_run_config_names_the_preset_seed_budget_and_resumes_a_stopped_run(tmp_p
     (tmp_path / "cifar10-dir05/pfedgm/seed2").mkdir(parents=True)
     RunFolder(tmp_path / "cifar10-dir05/pfedgm/seed2").checkpoint.write_bytes(b"")
     assert grid.run_config(run, tmp_path, 50, offline=True)["resume"] is True
+    assert "tracker-name" not in cfg  # untracked: the config holds nothing of it
+    tracked = grid.run_config(run, tmp_path, 50, True, {"tracker": "wandb", "tracker-group": "t"})
+    assert tracked["tracker-name"] == "cifar10-dir05/pfedgm/seed2"
+    assert tracked["tracker-group"] == "t"
 
 
 def _fake_run(out: Path, column: str, run: str, seed: int, accuracies: list[float],

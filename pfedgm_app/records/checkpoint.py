@@ -43,12 +43,16 @@ RESUMABLE = frozenset(
         "device",
         "messages-in-flight",
         "eval-every",
+        "tracker",
+        "tracker-name",
+        "tracker-group",
     }
 )
 
 # Keys added since some runs stopped: the value that does what a run without the key did, so
 # that such a run resumes with it (pull-bound 0: no pull bound) and a change is named.
-ABSENT_BEFORE = {"pull-bound": 0.0}
+ABSENT_BEFORE = {"pull-bound": 0.0, "dp-epsilon": 0.0, "dp-noise": 0.0, "dp-clip": 1.0,
+                 "dp-clip-quantile": 0.0, "dp-delta": 1e-5}  # fmt: skip
 
 
 def save(run_dir: Path, server_round: int, arrays: ArrayRecord, strategy: dict) -> Path:

@@ -25,6 +25,7 @@ from .plots import dataset_label, plot_rounds
 from .progress import round_line
 from .run_folder import RunFolder
 from .run_outputs import check_new_run_dir, evaluation_row, set_aside_unfinished, summary_of
+from .tracking import Tracking
 
 ELAPSED = "seconds-elapsed"  # rounds.jsonl: the run's wall seconds so far, over its sittings
 
@@ -49,6 +50,7 @@ class RunWriter:
         self.privacy: dict = {}  # a DP run's epsilon spent and how (`ClientLevelDP.record`)
         self.rounds_before = 0  # rounds that trained its `initial-model` (summary's)
         self.last_round = 0  # num-server-rounds (`write_config`), for the time left
+        self.tracking: Tracking | None = None  # `tracker` (opened by `write_config`)
 
     @classmethod
     def create(cls, cfg: RunConfig, settings: Settings, started: float | None = None) -> RunWriter:
@@ -118,6 +120,8 @@ class RunWriter:
         self.folder.write_config(
             {**config, "num-clients": num_clients, "flwr-version": flwr.__version__}
         )
+        self.tracking = Tracking(cfg.tracker, self.run_dir, config, cfg.tracker_name,
+                                 cfg.tracker_group)  # fmt: skip
         log(
             INFO,
             "pFedGM app: method=%s, %d clients, outputs in %s",
@@ -143,6 +147,8 @@ class RunWriter:
         elapsed = self.earlier + now - self.times["started"]
         self.append_round(server_round, metrics, seconds=now - last, **extra, **{ELAPSED: elapsed})
         row = {**dict(metrics or {}), "round": server_round, "seconds": now - last, **extra}
+        if self.tracking is not None:
+            self.tracking.log_round(server_round, row | {ELAPSED: elapsed})
         pace = (self.rounds_run, now - self.times.get("rounds", now))  # this sitting's
         log(INFO, "%s", round_line(row | {ELAPSED: elapsed}, self.last_round, *pace))
         self.times["round"] = time.time()
@@ -203,6 +209,8 @@ class RunWriter:
         title = f"{cfg.method} on {dataset_label(cfg.dataset)}, Dir({cfg.dirichlet_alpha:g})"
         plot_rounds(self.run_dir, title)
         log_summary(summary, outcome)
+        if self.tracking is not None:
+            self.tracking.finish(cfg.num_server_rounds, summary, outcome.clients)
         return self.folder.read_summary()
 
     def training_problems(

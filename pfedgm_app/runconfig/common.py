@@ -14,6 +14,7 @@ CORRUPTION_ASSIGNMENTS = ("none", "50C", "100C")  # CIFAR-10S / 100S (data.corru
 # strategies.robust (flwr-free here): the combinations of a round's updates
 AGGREGATIONS = ("mean", "trimmed-mean", "median", "krum", "multi-krum", "bulyan")
 PROTOCOLS = ("standard", "generalization")  # who trains and who is evaluated (data.Protocol)
+TRACKERS = ("none", "tensorboard", "wandb")  # records.tracking; each needs its own package
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,14 @@ class RunConfig(Settings):
         "Flower's adaptive clipping moves C (from `dp-clip`) toward the q-quantile of the "
         "steps' norms (Andrew et al. 2021)")
     dp_delta: float = above(0, 1e-5, below=1, doc="the delta at which epsilon is counted")
+    # experiment tracking (records/tracking.py), off by default; `pip install -e ".[track]"`
+    tracker: str = setting("none", doc="`tensorboard`: event files in `<output-dir>/"
+        "tensorboard`; `wandb`: a W&B run in `<output-dir>/wandb`, offline unless `WANDB_MODE` "
+        "or `WANDB_API_KEY` says otherwise; each round's figures, the config, each client's "
+        "final accuracy")  # one of TRACKERS
+    tracker_name: str = setting("", doc="the tracked run's name (W&B); `pfedgm-paper`: its cell")
+    tracker_group: str = setting("", doc="the tracked run's group (W&B); `pfedgm-paper`: its "
+        "table")
     # fmt: on
 
     @property
@@ -168,6 +177,7 @@ class RunConfig(Settings):
             ("corruption", self.corruption, CORRUPTION_ASSIGNMENTS),
             ("protocol", self.protocol, PROTOCOLS),
             ("aggregation", self.aggregation, AGGREGATIONS),
+            ("tracker", self.tracker, TRACKERS),
         ):
             if value not in choices:
                 raise ConfigError(f"{key} must be one of {choices}, got {value!r}")
@@ -182,6 +192,9 @@ class RunConfig(Settings):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
         if self.private:
             privacy_problem(self)
+        if self.tracker != "none" and importlib.util.find_spec(self.tracker) is None:
+            raise ConfigError(f"tracker={self.tracker!r} needs the {self.tracker} package: "
+                              "pip install -e '.[track]'")  # fmt: skip
 
 
 def privacy_problem(cfg: RunConfig) -> None:
