@@ -12,7 +12,7 @@ import time
 from logging import ERROR
 
 import torch
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, MetricRecordValues, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common import log
 
@@ -49,7 +49,7 @@ def query(msg: Message, context: Context) -> Message:
         log(ERROR, "pFedGM app: node %s cannot take part: %s", context.node_id, exc)
         reason = ConfigRecord({wire.REASON: str(exc), wire.CAUSE: exc.cause})
         return Message(RecordDict({wire.UNAVAILABLE: reason}), reply_to=msg)
-    metrics = {
+    metrics: dict[str, MetricRecordValues] = {
         wire.PARTITION_ID: pid,
         wire.NUM_PARTITIONS: num,
         wire.NUM_CLASSES_PRESENT: int(torch.unique(task.data.y_train).numel()),

@@ -25,7 +25,8 @@ from uuid import uuid4
 # `LoadClientAppError`, `ErrorCode`); Flower sets a process's `TaskIdentity` before it runs an
 # app, and `Message(...)` reads it, so a ServerApp run outside Flower needs one. Message ids
 # are written into `Metadata._message_id`, as Flower's grids and engine write them (it has no
-# setter). docs/upstream/inprocess-engine.md asks for a public way.
+# setter), and the identity a block had before into `TaskIdentity`'s fields (its getters raise
+# where it has none). docs/upstream/inprocess-engine.md asks for a public way.
 from flwr.app import Context, Error, Message
 from flwr.clientapp import ClientApp
 from flwr.clientapp.client_app import ClientAppException, LoadClientAppError
@@ -55,19 +56,17 @@ def _set_task_identity() -> None:
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = RUN_ID, SERVERAPP_NODE_ID, 1
 
 
-def _clear_task_identity() -> None:
-    TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = None
-
-
 @contextmanager
 def run_identity() -> Iterator[None]:
     """Inside the block this process has a run's identity, as Flower gives a running app's, so
-    that `Message(...)` can be built (tests of strategies with plain messages)."""
+    that `Message(...)` can be built (tests of strategies with plain messages); after it, the
+    identity it had (none: Flower's fields hold None, which its getters refuse to return)."""
+    before = TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id
     _set_task_identity()
     try:
         yield
     finally:
-        _clear_task_identity()
+        TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = before
 
 
 def _error_reply(msg: Message, exc: Exception) -> Message:
@@ -87,6 +86,7 @@ def answer(
 ) -> tuple[Message, Context | None, float]:
     """One SuperNode's answer to `msg`: the reply, its context after it (None when the
     ClientApp raised: the node keeps the context it had) and the seconds the ClientApp took."""
+    after: Context | None = context  # the node's context after the message
     started = time.perf_counter()
     try:
         try:
@@ -98,7 +98,7 @@ def answer(
     except Exception as exc:  # as Flower's engine: an error reply, never a crash
         log(ERROR, "%s", exc)
         log(ERROR, "%s", traceback.format_exc())
-        reply, context = _error_reply(msg, exc), None
+        reply, after = _error_reply(msg, exc), None
     seconds = time.perf_counter() - started
     reply.metadata.__dict__["_message_id"] = str(uuid4())  # as the engine's (vce_api.worker)
-    return reply, context, seconds
+    return reply, after, seconds

@@ -40,6 +40,7 @@ from flwr.supercore.run import Run
 
 from pfedgm_app.methods import run_config_keys
 from pfedgm_app.protocol import wire
+from pfedgm_app.protocol.replies import message_round
 from pfedgm_app.protocol.wire import PERSONALIZE_MESSAGE_TYPE
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_cli.flwr_cli import APP_DIR
@@ -48,7 +49,6 @@ from .answer import (
     RUN_ID,
     SERVERAPP_NODE_ID,
     ClientAppLike,
-    _clear_task_identity,
     _set_task_identity,
     answer,
     app_component,
@@ -142,11 +142,12 @@ class InProcessGrid(Grid):
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         """Give each message an id (as Flower's grid does) and queue it for its SuperNode (in
-        the pool: start it); a message to a node that does not exist gets no id (None)."""
-        ids: list[str | None] = []
+        the pool: start it); a message to a node that does not exist gets the empty id, as the
+        SuperLink answers a message it cannot store."""
+        ids: list[str] = []
         for msg in messages:
             if msg.metadata.dst_node_id not in self.contexts:
-                ids.append(None)
+                ids.append("")
                 continue
             msg.metadata.__dict__["_message_id"] = str(uuid4())  # as Flower's InMemoryGrid
             if not (msg.metadata.reply_to_message_id == "" and msg.metadata.ttl > 0):
@@ -188,7 +189,7 @@ class InProcessGrid(Grid):
         """Push `messages` and return their replies. In this process every message is answered
         (`timeout` cannot interrupt a ClientApp here); in the pool, those answered within
         `timeout` seconds (None: all), as Flower's grid."""
-        ids = {i for i in self.push_messages(messages) if i is not None}
+        ids = {i for i in self.push_messages(messages) if i}
         if self.pool is None:
             return list(self.pull_messages(ids))
         futures = [self._futures[i][1] for i in ids]
@@ -210,8 +211,7 @@ class InProcessGrid(Grid):
         """A message of another type or round than the last pushed starts an exchange: a train
         round past `stop_after_rounds` stops the run; its start is recorded."""
         kind = msg.metadata.message_type
-        config = msg.content.config_records.get(wire.CONFIG, {}) if msg.has_content() else {}
-        exchange = (kind, int(config.get(wire.ROUND, 0)))
+        exchange = (kind, message_round(msg))
         if exchange == self._exchange:
             return
         if kind == MessageType.TRAIN and len(self.rounds) == self.stop_after_rounds:
@@ -231,11 +231,12 @@ class InProcessGrid(Grid):
         kind = msg.metadata.message_type
         self.client_seconds[kind] = self.client_seconds.get(kind, 0.0) + seconds
         if kind == MessageType.TRAIN and self.rounds:
-            passes = 0.0
-            if reply.has_content() and wire.METRICS in reply.content:
-                passes = float(reply.content[wire.METRICS].get("sample-passes", 0.0))
+            records = reply.content.metric_records if reply.has_content() else None
+            metrics = None if records is None else records.get(wire.METRICS)
+            passes = 0.0 if metrics is None else metrics.get("sample-passes", 0.0)
             spent, total = self.rounds[-1]
-            self.rounds[-1] = (spent + seconds, total + passes)
+            counted = float(passes) if isinstance(passes, int | float) else 0.0  # a number or none
+            self.rounds[-1] = (spent + seconds, total + counted)
         return reply
 
 
@@ -255,10 +256,9 @@ def run_inprocess(
         run_config["output-dir"] = tempfile.mkdtemp(prefix="pfedgm-inprocess-")
     server_app: ServerApp = app_component("serverapp")
     grid = InProcessGrid(run_config, num_partitions, stop_after_rounds, workers, client_app)
-    _set_task_identity()
-    try:
-        server_app(grid, Context(RUN_ID, SERVERAPP_NODE_ID, {}, RecordDict(), run_config))
-    finally:
-        grid.close()
-        _clear_task_identity()
+    with run_identity():
+        try:
+            server_app(grid, Context(RUN_ID, SERVERAPP_NODE_ID, {}, RecordDict(), run_config))
+        finally:
+            grid.close()
     return RunFolder(Path(run_config["output-dir"])).read_summary(), grid

@@ -75,4 +75,5 @@ def answer_in_worker(msg: Message, context: Context) -> tuple[Message, Context |
     """`answer.answer` with this worker's ClientApp (what the pool is given to run)."""
     from .answer import answer
 
+    assert _WORKER_APP is not None  # the pool's initializer, `_start_worker`, set it
     return answer(_WORKER_APP, msg, context)

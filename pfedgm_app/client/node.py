@@ -35,7 +35,7 @@ from pfedgm_app.learning.training import keep_freed_memory, pick_device, set_thr
 from pfedgm_app.methods import parse_run_config
 from pfedgm_app.methods.base import ClientPlugin, ClientState, ClientTask, Personalized
 from pfedgm_app.protocol import wire
-from pfedgm_app.protocol.replies import received
+from pfedgm_app.protocol.replies import message_round, received
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_app.runconfig.common import RunConfig
 from pfedgm_app.runconfig.settings import ConfigError
@@ -131,8 +131,7 @@ def client(msg: Message, context: Context, purpose: str) -> Client:
     seconds = time.perf_counter() - started
     device = pick_device(cfg.device)
     data = data.to(device)
-    config = msg.content.config_records.get(wire.CONFIG, {})  # query messages carry none
-    server_round = int(config.get(wire.ROUND, 0))
+    server_round = message_round(msg)  # 0: a query, the personalize round
     seed = zlib.crc32(f"{cfg.seed}/{server_round}/{pid}/{purpose}".encode())
     rng = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -144,11 +143,11 @@ def client(msg: Message, context: Context, purpose: str) -> Client:
 
 def received_model(msg: Message, plugin: ClientPlugin, task: ClientTask) -> Model:
     """The received global model, with what this client kept, and the server's extras."""
-    model = plugin.build_model(tuple(task.data.x_train.shape[1:]), task.data.num_classes)
+    model = plugin.build_model(task.data.image_shape, task.data.num_classes)
     model.load_state_dict(received(msg)[0].to_torch_state_dict())
     plugin.restore(model, task)
-    if wire.EXTRAS in msg.content:
-        extras = msg.content[wire.EXTRAS].to_torch_state_dict()
+    if wire.EXTRAS in msg.content.array_records:
+        extras = msg.content.array_records[wire.EXTRAS].to_torch_state_dict()
         task.received = {k: v.to(task.device) for k, v in extras.items()}
     return model.to(task.device)
 
@@ -179,8 +178,7 @@ def keep(result: Personalized, task: ClientTask, context: Context, pid: int) -> 
         "num-test": len(task.data.y_test),
     }
     path = model_dir(cfg, node, context.run_id) / f"client-{pid}{personal_model.SUFFIX}"
-    shape = tuple(task.data.x_train.shape[1:])
-    personal_model.save(path, result.model, shape, list(names), run)
+    personal_model.save(path, result.model, task.data.image_shape, list(names), run)
     log(INFO, "pFedGM app: client %d keeps its personalized model in %s", pid, path)
     return path
 

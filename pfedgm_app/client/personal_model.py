@@ -57,7 +57,7 @@ HEADS: dict[str, Head] = {
     "personalized-gaussian": Head(
         PersonalizedHead,
         lambda t, a: PersonalizedHead(  # objective-scale: "mean" in files written before it
-            *(t[k] for k in ("mu_star", "b_star", "A_star", "upsilon")),
+            *(t["mu_star"], t["b_star"], t["A_star"], t["upsilon"]),
             a["lambda"],
             a.get("objective-scale", "mean"),
         ),

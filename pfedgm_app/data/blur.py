@@ -102,7 +102,9 @@ def motion_blur(
     radius, sigma = level(MOTION, severity)
     n, h, w = x.shape[:3]
     if angles is None:  # `rng` is only needed here
-        angles = rng.uniform(-45.0, 45.0, size=n)
+        if rng is None:
+            raise ValueError("motion_blur draws the angles with `rng`: give one, or `angles`")
+        angles = np.asarray(rng.uniform(-45.0, 45.0, size=n))
     weights, dy, dx = motion_blur_taps(radius, sigma, np.asarray(angles).reshape(n))
     rows = np.clip(np.arange(h) + dy[:, :, None], 0, h - 1)  # (N, T, H)
     cols = np.clip(np.arange(w) + dx[:, :, None], 0, w - 1)  # (N, T, W)

@@ -83,7 +83,8 @@ def _client_cache(parts: tuple, decode: Callable[[], dict[str, np.ndarray]]) -> 
     if path.exists() and (data := _read_client(path)) is not None:
         return data
     arrays = decode()
-    _write_atomically(path, lambda f: np.savez(f, **arrays, **{DIGEST: arrays_digest(arrays)}))
+    digest = {DIGEST: arrays_digest(arrays)}  # numbers and a string: nothing to pickle
+    _write_atomically(path, lambda f: np.savez(f, allow_pickle=False, **arrays, **digest))
     return _client_data(arrays)
 
 

@@ -14,6 +14,7 @@ with `np.uint8`, which biases every corrupted image down by half a level on aver
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -184,7 +185,7 @@ def contrast(x: np.ndarray, severity: int, rng: np.random.Generator | None = Non
 # Entry points
 
 
-_BY_NAME = {
+_BY_NAME: dict[str, Callable[[np.ndarray, int, np.random.Generator], np.ndarray]] = {
     "motion_blur": motion_blur,
     "defocus_blur": defocus_blur,
     "gaussian_noise": gaussian_noise,

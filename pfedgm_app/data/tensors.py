@@ -25,12 +25,21 @@ class ClientData:
     num_classes: int
 
     def to(self, device: torch.device) -> ClientData:
-        move = [t.to(device) for t in (self.x_train, self.y_train, self.x_test, self.y_test)]
-        return ClientData(*move, num_classes=self.num_classes)
+        x_train, y_train, x_test, y_test = (
+            t.to(device) for t in (self.x_train, self.y_train, self.x_test, self.y_test)
+        )
+        return ClientData(x_train, y_train, x_test, y_test, self.num_classes)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of the images, the model's input."""
+        c, h, w = self.x_train.shape[1:]
+        return c, h, w
 
 
 def _client_data(arrays: dict[str, np.ndarray]) -> ClientData:
-    shape = tuple(int(d) for d in arrays["image_shape"])
+    c, h, w = (int(d) for d in arrays["image_shape"])
+    shape = (c, h, w)
     return ClientData(
         to_tensor(arrays["x_train"], shape),
         torch.from_numpy(arrays["y_train"].astype(np.int64)),

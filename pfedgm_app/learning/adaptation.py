@@ -30,6 +30,11 @@ class PersonalizedHead(nn.Module):
     (`OBJECTIVE_SCALES`).
     """
 
+    mu_star: torch.Tensor  # Phase 1's mu*, b*, A* and the features' upsilon*: buffers
+    b_star: torch.Tensor
+    A_star: torch.Tensor
+    upsilon: torch.Tensor
+
     def __init__(
         self,
         mu_star: torch.Tensor,
@@ -46,14 +51,13 @@ class PersonalizedHead(nn.Module):
             self.register_buffer(name, t.detach().clone())
         self.register_buffer("upsilon", upsilon.detach().clone())
         self.lambda_, self.objective_scale = lambda_, objective_scale
-        like = {"device": mu_star.device, "dtype": mu_star.dtype}
-        self.mu = nn.Parameter(torch.zeros(num_classes, dim, **like))
+        self.mu = nn.Parameter(mu_star.new_zeros(num_classes, dim))  # mu*'s device and dtype
         """The offsets mu_i of the global means mu* (K, d), trained by Phase 2's SGD."""
-        self.b = nn.Parameter(torch.zeros(num_classes, **like))
+        self.b = nn.Parameter(mu_star.new_zeros(num_classes))
         """The offsets b_i of the global biases b* (K): SGD, then L-BFGS (`refine_biases_`)."""
-        self.a_g = nn.Parameter(torch.ones(dim, **like))
+        self.a_g = nn.Parameter(mu_star.new_ones(dim))
         """A_g (d): the diagonal scaling of the global precisions A*, kept positive."""
-        self.a_c = nn.Parameter(torch.ones(dim, **like))
+        self.a_c = nn.Parameter(mu_star.new_ones(dim))
         """A_c (d): the diagonal precision of the local term zeta, kept positive."""
 
     @property

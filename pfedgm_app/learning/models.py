@@ -102,7 +102,7 @@ class TinyImageNetCNN(ConvGenerator):
         super().__init__([(3, 16, 5, 0), (16, 32, 5, 1), (32, 64, 3, 1)], 3136, dim, dropout=0.5)
 
 
-GENERATORS: dict[tuple[int, int, int], type[ConvGenerator]] = {
+GENERATORS: dict[tuple[int, ...], Callable[[], ConvGenerator]] = {
     (3, 32, 32): CifarCNN,
     (1, 28, 28): EmnistCNN,
     (3, 64, 64): TinyImageNetCNN,

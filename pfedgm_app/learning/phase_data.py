@@ -6,6 +6,7 @@ Torch only.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypeGuard
 
 import torch
 from torch import nn
@@ -15,7 +16,7 @@ from .training import apply_batched, evaluating, run_batches, run_epochs
 Data = tuple[torch.Tensor, torch.Tensor] | Iterable[tuple[torch.Tensor, torch.Tensor]]
 
 
-def is_tensor_pair(data: Data) -> bool:
+def is_tensor_pair(data: Data) -> TypeGuard[tuple[torch.Tensor, torch.Tensor]]:
     """Whether `data` is a pair of tensors (x, y) rather than an iterable of batches."""
     return isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], torch.Tensor)
 

@@ -122,8 +122,8 @@ def train_round(
     at_start = diagnostics.round_start(head, z, y, prototypes)
     if gradients:
         n = options.batch_size
-        batch = (data[0][:n], data[1][:n]) if is_tensor_pair(data) else first[0]
-        batch = tuple(t.to(head.mu.device) for t in batch)
+        xg, yg = (data[0][:n], data[1][:n]) if is_tensor_pair(data) else first[0]
+        batch = (xg.to(head.mu.device), yg.to(head.mu.device))
         weight = options.lambda_ if options.personalized else 0.0  # lambda of R_c in the step
         at_start |= diagnostics.gradient_share(
             generator, head, prototypes, batch, weight, options.objective_scale

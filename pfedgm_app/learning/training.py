@@ -121,7 +121,8 @@ def run_batches(
 ) -> dict[str, float]:
     """The loop of `run_epochs` over any batches: `batches()` gives one epoch's (x, y) pairs
     (e.g. a DataLoader), moved to `device` if given."""
-    total, passes = 0.0, 0
+    total: float | torch.Tensor = 0.0  # a tensor after the first batch
+    passes = 0
     for _ in range(epochs):
         for xb, yb in batches():
             if device is not None:

@@ -79,7 +79,7 @@ class ClientState:
         self.records = RecordDict() if records is None else records
         self.path, self.server_round = path, server_round
         if path is not None and not len(self.records) and path.exists():
-            earlier = [(r, s) for r, s in self._saves() if not server_round or r < server_round]
+            earlier = [(r, s) for r, s in _saves(path) if not server_round or r < server_round]
             for name, tensors in (earlier[-1][1] if earlier else {}).items():  # saves are sorted
                 self.records[name] = ArrayRecord(tensors)
 
@@ -87,21 +87,23 @@ class ClientState:
         return name in self.records
 
     def load(self, name: str) -> dict[str, torch.Tensor]:
-        return self.records[name].to_torch_state_dict()
+        return self.records.array_records[name].to_torch_state_dict()
 
     def save(self, name: str, tensors: Mapping[str, torch.Tensor]) -> None:
         self.records[name] = ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()})
         if self.path is not None:
             snapshot = {n: self.load(n) for n in self.records}
-            saves = [(r, s) for r, s in self._saves() if r != self.server_round]
+            saves = [(r, s) for r, s in _saves(self.path) if r != self.server_round]
             saves = sorted([*saves, (self.server_round, snapshot)], key=lambda rs: rs[0])[-2:]
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")
             torch.save(saves, tmp)
             os.replace(tmp, self.path)  # a kill leaves the previous file whole
 
-    def _saves(self) -> list[tuple[int, dict[str, dict[str, torch.Tensor]]]]:
-        return torch.load(self.path, weights_only=True) if self.path.exists() else []
+
+def _saves(path: Path) -> list[tuple[int, dict[str, dict[str, torch.Tensor]]]]:
+    """The (round, state) saves of a client state file, oldest first; none without the file."""
+    return torch.load(path, weights_only=True) if path.exists() else []
 
 
 @dataclass

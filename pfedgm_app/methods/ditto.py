@@ -15,6 +15,7 @@ import torch
 
 from pfedgm_app.learning.models import Model
 from pfedgm_app.learning.training import supervised_step
+from pfedgm_app.runconfig.method_settings import DittoSettings
 
 from .base import ClientPlugin, ClientTask, Personalized, Reply, accuracy_on_test
 
@@ -27,6 +28,8 @@ class DittoClient(ClientPlugin):
     model (`ditto-mu`). v starts from the first global model it receives, stays in the client
     state, and is what the client is evaluated with.
     """
+
+    settings: DittoSettings  # what the registry gives it (`methods.METHODS`)
 
     own_state = True  # its personal model v, never sent
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pfedgm_app.learning.models import Model
 from pfedgm_app.learning.training import frozen, supervised_step
+from pfedgm_app.runconfig.method_settings import FineTune
 
 from .base import ClientPlugin, ClientTask, Personalized, accuracy_on_test
 
@@ -20,6 +21,8 @@ class FedAvgClient(ClientPlugin):
 
 class FedAvgFTClient(ClientPlugin):
     """FedAvg, then `finetune-epochs` (default 5) local epochs of the whole model per client."""
+
+    settings: FineTune  # what the registry gives it (`methods.METHODS`)
 
     def personalize(self, model: Model, task: ClientTask) -> Personalized:
         """Fine-tune (`FineTune`), then evaluate; `acc-global` is the model before it."""

@@ -24,6 +24,7 @@ from pfedgm_app.learning.gaussian import class_means
 from pfedgm_app.learning.models import Model
 from pfedgm_app.learning.training import apply_batched, frozen, supervised_step
 from pfedgm_app.protocol import wire
+from pfedgm_app.runconfig.method_settings import FedPACSettings
 
 from .base import ClientPlugin, ClientTask, Personalized, Reply
 
@@ -47,6 +48,7 @@ def feature_statistics(
 
 
 class FedPACClient(ClientPlugin):
+    settings: FedPACSettings  # what the registry gives it (`methods.METHODS`)
     sends = ("generator",)  # the head goes in the extras, to be combined, never averaged
 
     def train(self, model: Model, task: ClientTask) -> Reply:

@@ -16,12 +16,16 @@ settings follow it.
 
 from __future__ import annotations
 
+import operator
+from functools import reduce
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from pfedgm_app.learning.models import Model, build_model
 from pfedgm_app.learning.training import accuracy, apply_batched
+from pfedgm_app.runconfig.method_settings import PFedFDASettings
 
 from .base import ClientPlugin, ClientTask, Personalized, Reply
 
@@ -35,6 +39,11 @@ class LDAHead(nn.Module):
     `mu` and `cov` (persistent buffers, what the server averages) hold the statistics; `weight`
     and `bias` (not persistent) the classifier `fit_` derived from them. No trainable parameter.
     """
+
+    mu: torch.Tensor  # the buffers, as `register_buffer` sets them
+    cov: torch.Tensor
+    weight: torch.Tensor
+    bias: torch.Tensor
 
     def __init__(self, num_classes: int, dim: int) -> None:
         super().__init__()
@@ -129,10 +138,13 @@ def choose_betas(
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
         b = beta.clamp(0, 1)
-        loss = sum(
-            F.cross_entropy(z_te @ w.T + c, y_te)
-            for mu, cov, z_te, y_te in splits
-            for w, c in [lda_parameters(*_mix(b, mu, cov, global_mu, global_cov), priors)]
+        loss: torch.Tensor = reduce(
+            operator.add,
+            (
+                F.cross_entropy(z_te @ w.T + c, y_te)
+                for mu, cov, z_te, y_te in splits
+                for w, c in [lda_parameters(*_mix(b, mu, cov, global_mu, global_cov), priors)]
+            ),
         )
         loss.backward()
         return loss
@@ -146,19 +158,33 @@ def choose_betas(
     return float(b[0]), float(b[1])
 
 
-def _mix(beta, mu, cov, global_mu, global_cov):
+def _mix(
+    beta: torch.Tensor | tuple[float, float],
+    mu: torch.Tensor,
+    cov: torch.Tensor,
+    global_mu: torch.Tensor,
+    global_cov: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     return beta[0] * mu + (1 - beta[0]) * global_mu, beta[1] * cov + (1 - beta[1]) * global_cov
+
+
+def lda_head(model: Model) -> LDAHead:
+    """`model`'s head, the `LDAHead` that `PFedFDAClient.build_model` gives it."""
+    assert isinstance(model.head, LDAHead)
+    return model.head
 
 
 class PFedFDAClient(ClientPlugin):
     """pFedFDA client: the generator trained under the fixed global LDA head; statistics adapted
     locally."""
 
+    settings: PFedFDASettings  # what the registry gives it (`methods.METHODS`)
+
     def build_model(self, image_shape: tuple[int, int, int], num_classes: int) -> Model:
         return build_model(image_shape, lambda dim: LDAHead(num_classes, dim))
 
     def train(self, model: Model, task: ClientTask) -> Reply:
-        generator, head, data = model.generator, model.head, task.data
+        generator, head, data = model.generator, lda_head(model), task.data
         priors = local_priors(data.y_train, data.num_classes)
         head.fit_(head.mu, head.cov, priors)
         seen_z, seen_y = [], []
@@ -178,7 +204,7 @@ class PFedFDAClient(ClientPlugin):
     def personalize(self, model: Model, task: ClientTask) -> Personalized:
         """Statistics from the final generator's features of the train split, adapted as in
         training; the model is the final generator under the adapted LDA head."""
-        head, data = model.head, task.data
+        head, data = lda_head(model), task.data
         z_train = apply_batched(model.generator, data.x_train)
         z_test = apply_batched(model.generator, data.x_test)
         uniform = torch.full((data.num_classes,), 1.0 / data.num_classes).to(z_train)

@@ -5,13 +5,22 @@ from __future__ import annotations
 from pfedgm_app.learning.gaussian import GaussianHead
 from pfedgm_app.learning.models import Model, build_model
 from pfedgm_app.learning.phases import personalized_head, train_round
+from pfedgm_app.runconfig.method_settings import PFedGMSettings
 from pfedgm_app.runconfig.readings import Phase1Options, Phase2Options
 
 from .base import ClientPlugin, ClientTask, Personalized, Reply
 
 
+def gaussian_head(model: Model) -> GaussianHead:
+    """`model`'s head, the `GaussianHead` that `PFedGMClient.build_model` gives it."""
+    assert isinstance(model.head, GaussianHead)
+    return model.head
+
+
 class PFedGMClient(ClientPlugin):
     """Generator phi + Gaussian head (navigator psi, covariance nu); all three are sent."""
+
+    settings: PFedGMSettings  # what the registry gives it (`methods.METHODS`)
 
     def build_model(self, image_shape: tuple[int, int, int], num_classes: int) -> Model:
         std = self.settings.navigator_std or None  # 0: 1/sqrt(d)
@@ -70,7 +79,7 @@ class PFedGMClient(ClientPlugin):
         data, epochs = (task.data.x_train, task.data.y_train), task.cfg.local_epochs
         options = self.phase1_options(task)
         metrics = train_round(
-            model.generator, model.head, data, options,
+            model.generator, gaussian_head(model), data, options,
             epochs=epochs, rng=task.rng, dropout=model.dropout,
         )  # fmt: skip
         return self.send(model, task, metrics)
@@ -82,7 +91,7 @@ class PFedGMClient(ClientPlugin):
         data = task.data
         train, test = (data.x_train, data.y_train), (data.x_test, data.y_test)
         head, result = personalized_head(
-            model.generator, model.head, train, test, self.phase2_options(task),
+            model.generator, gaussian_head(model), train, test, self.phase2_options(task),
             epochs=self.settings.personal_epochs, rng=task.rng,
         )  # fmt: skip
         result.pop("num-test")  # the ClientApp reports the sizes

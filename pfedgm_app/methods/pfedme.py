@@ -26,13 +26,16 @@ their inner step also adds mu * theta (mu = 0.001), here the protocol's weight d
 from __future__ import annotations
 
 import copy
+import operator
 from collections.abc import Callable
+from functools import reduce
 
 import torch
 from torch import nn
 
 from pfedgm_app.learning.models import Model
 from pfedgm_app.learning.training import run_epochs, supervised_step
+from pfedgm_app.runconfig.method_settings import PFedMeSettings
 
 from .base import ClientPlugin, ClientTask, Personalized, Reply, accuracy_on_test
 
@@ -83,7 +86,7 @@ def moreau_step_(
 
 
 def _norm(tensors: list[torch.Tensor]) -> float:
-    return torch.sqrt(sum(t.pow(2).sum() for t in tensors)).item()
+    return torch.sqrt(reduce(operator.add, (t.pow(2).sum() for t in tensors))).item()
 
 
 class PFedMeClient(ClientPlugin):
@@ -94,6 +97,8 @@ class PFedMeClient(ClientPlugin):
     pFedMe's code does after its last round (there every client trains in every round; here a
     fraction q does, so the final update is run here).
     """
+
+    settings: PFedMeSettings  # what the registry gives it (`methods.METHODS`)
 
     own_state = True  # its personal model theta, never sent
 

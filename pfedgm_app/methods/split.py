@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pfedgm_app.learning.models import Model
 from pfedgm_app.learning.training import frozen, supervised_step
+from pfedgm_app.runconfig.method_settings import FedRepSettings, LGFedAvgSettings
 
 from .base import ClientPlugin, ClientTask, Personalized, Reply, accuracy_on_test
 from .fedavg import FedAvgFTClient, fine_tune
@@ -37,6 +38,8 @@ class LGFedAvgClient(ClientPlugin):
     default; the authors pick each client's best round by its test accuracy, here the last
     round is evaluated as for every method.
     """
+
+    settings: LGFedAvgSettings  # what the registry gives it (`methods.METHODS`)
 
     sends = ("convolutions",)
 
@@ -90,6 +93,8 @@ class FedRepClient(ClientPlugin):
     protocol's SGD for both parts (the authors' momentum is 0.5 too, weight decay 1e-4 on weights
     only).
     """
+
+    settings: FedRepSettings  # what the registry gives it (`methods.METHODS`)
 
     sends = ("generator",)
 

@@ -27,9 +27,19 @@ from . import wire
 
 def received(msg: Message) -> tuple[ArrayRecord, ConfigRecord]:
     """The global arrays and the round's config of a `train` or `train.personalize` message."""
-    if wire.ARRAYS not in msg.content:
+    if (arrays := msg.content.array_records.get(wire.ARRAYS)) is None:
         raise ValueError(f"a '{msg.metadata.message_type}' message carries no '{wire.ARRAYS}'")
-    return msg.content[wire.ARRAYS], msg.content.config_records.get(wire.CONFIG, ConfigRecord())
+    return arrays, msg.content.config_records.get(wire.CONFIG, ConfigRecord())
+
+
+def message_round(msg: Message) -> int:
+    """The server round a message's config names (`wire.ROUND`); 0 where it names none (a
+    query, the personalize round, a message without content)."""
+    config = msg.content.config_records.get(wire.CONFIG) if msg.has_content() else None
+    value = 0 if config is None else config.get(wire.ROUND, 0)
+    if isinstance(value, list):
+        raise TypeError(f"'{wire.ROUND}' must be a number, got {value!r}")
+    return int(value)
 
 
 def _metrics(values: Mapping[str, float], required: tuple[str, ...], kind: str) -> MetricRecord:
@@ -60,7 +70,7 @@ def train_reply(
     """The reply to a `train` message: the arrays the client shares (an ArrayRecord or a
     state_dict; keys it leaves out keep their global value on the server), metrics with
     `num-examples` (the weight of its average), and optional non-model `extras`."""
-    records = {
+    records: dict[str, ArrayRecord | MetricRecord | ConfigRecord] = {
         wire.ARRAYS: _arrays(arrays),
         wire.METRICS: _metrics(metrics, (wire.NUM_EXAMPLES,), "train"),
     }
@@ -74,7 +84,7 @@ def personalize_reply(msg: Message, metrics: Mapping[str, float]) -> Message:
     client's test samples, and `num-test`, their number (the weight of the mean). Other keys
     starting with `acc` are averaged too (ablations)."""
     record = _metrics(metrics, (wire.ACCURACY, wire.NUM_TEST), "personalize")
-    for key in (k for k in record if k.startswith("acc")):
-        if not 0.0 <= record[key] <= 1.0:
-            raise ValueError(f"'{key}' must be a fraction in [0, 1], got {record[key]}")
+    for key in (k for k in metrics if k.startswith("acc")):
+        if not 0.0 <= metrics[key] <= 1.0:
+            raise ValueError(f"'{key}' must be a fraction in [0, 1], got {metrics[key]}")
     return Message(RecordDict({wire.METRICS: record}), reply_to=msg)

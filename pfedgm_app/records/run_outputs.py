@@ -98,7 +98,7 @@ def evaluation_row(
     """What an evaluation of the personalized models adds to its round's line of
     `rounds.jsonl`: the mean and std in percent (`plots.EVAL_MEAN`, `EVAL_STD`), and with
     client types, each type's mean (`accuracy-by-type`)."""
-    row = {EVAL_MEAN: outcome.mean_accuracy, EVAL_STD: outcome.std_accuracy}
+    row: dict[str, Any] = {EVAL_MEAN: outcome.mean_accuracy, EVAL_STD: outcome.std_accuracy}
     if by_type:
         row["accuracy-by-type"] = {k: v["mean-accuracy"] for k, v in by_type.items()}
     return row

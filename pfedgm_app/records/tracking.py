@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Mapping
 from logging import WARNING
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from flwr.common import log
 
@@ -70,9 +70,9 @@ class WandB:
             import wandb
         except ImportError as exc:  # the `track` extra; `pfedgm check` names it before this
             raise RuntimeError("tracker='wandb' needs wandb: pip install -e '.[track]'") from exc
-        mode = os.environ.get("WANDB_MODE") or (
-            "online" if os.environ.get("WANDB_API_KEY") else "offline"
-        )
+        mode: Literal["online", "offline"] | None = None  # None: wandb reads WANDB_MODE
+        if not os.environ.get("WANDB_MODE"):
+            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
         self.wandb = wandb
         self.run = wandb.init(
             project=os.environ.get("WANDB_PROJECT", "pfedgm"), name=name or None,
@@ -84,7 +84,7 @@ class WandB:
 
     def finish(self, last_round: int, summary: Mapping[str, Any], clients: list[dict]) -> None:
         self.run.summary.update(figures(summary))
-        columns = [wire.PARTITION_ID, wire.ACCURACY, wire.NUM_TEST]
+        columns: list[str | int] = [wire.PARTITION_ID, wire.ACCURACY, wire.NUM_TEST]  # W&B's
         rows = [[int(r[k]) if k != wire.ACCURACY else 100 * float(r[k]) for k in columns]
                 for r in clients]  # fmt: skip
         self.run.log({"clients": self.wandb.Table(columns=columns, data=rows)}, step=last_round)

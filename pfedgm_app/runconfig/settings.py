@@ -16,7 +16,10 @@ import math
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+if TYPE_CHECKING:
+    from .common import RunConfig
 
 
 class ConfigError(ValueError):
@@ -110,7 +113,7 @@ class Settings:
         """Keyword arguments of the method's strategy that these settings fix (none here)."""
         return {}
 
-    def validate(self, run: Settings) -> None:
+    def validate(self, run: RunConfig) -> None:
         """Raise ConfigError for a value out of its declared bound; `run` is the run's common
         settings (`config.RunConfig`), for checks that relate both (e.g. FedRep's generator
         epochs <= local epochs).

@@ -54,13 +54,12 @@ def experiment(
         if added:
             log(INFO, "pFedGM app: %d SuperNode(s) joined; %d known", len(added), len(partitions))
 
-    refresh = take_in_new_nodes if cfg.min_nodes else None
-    evaluation = Evaluation(grid, cfg, protocol, partitions, refresh=refresh, left_out=left_out)
     known = known_sizes(protocol, clients)  # the true sizes, where the server can compute them
     differ = use_known_sizes(clients, known)
     strategy = build_strategy(cfg, method, partitions, trained, clients, settings, set(known))
     strategy.suspects.extend(differ)
-    evaluation.strategy = strategy
+    refresh = take_in_new_nodes if cfg.min_nodes else None
+    evaluation = Evaluation(grid, cfg, protocol, partitions, strategy, refresh, left_out)
     arrays = initial_arrays(cfg, method.plugin(settings), *model_input(clients))
     if initial is not None:
         arrays = initial_model.fit(initial, arrays)
@@ -96,7 +95,7 @@ class Evaluation:
     cfg: RunConfig
     protocol: Protocol
     partitions: dict[int, int]  # node id -> partition id
-    strategy: PersonalizedFedAvg | None = None
+    strategy: PersonalizedFedAvg
     refresh: Callable[[Grid], None] | None = None  # min-nodes: take in SuperNodes that joined
     left_out: dict[int, str] = dataclasses.field(default_factory=dict)  # node id -> why
 

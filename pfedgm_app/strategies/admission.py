@@ -4,10 +4,13 @@
 `ReplyAdmission` is a mixin of the strategy; it reads the strategy's `reported` (node id ->
 its query metrics), `exact_sizes` (the nodes whose reported sizes the server computed itself),
 `weight_ratio`, `share_ratio`, `sampled` (round -> the nodes sent to), `weighted_by_key` and
-`arrayrecord_key`.
+`arrayrecord_key` (`_Host`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
@@ -35,6 +38,27 @@ def model_bytes(arrays: ArrayRecord) -> int:
     return sum(len(a.data) for a in arrays.values())
 
 
+class _Host(Protocol):
+    """What `ReplyAdmission` reads of its strategy (`PersonalizedFedAvg`), and its own hooks
+    that subclasses refine."""
+
+    reported: Mapping[int, Mapping[str, float]] | None
+    exact_sizes: frozenset[int]
+    weight_ratio: float
+    share_ratio: float
+    sampled: dict[int, set[int]]
+    suspects: list[str]
+    weighted_by_key: str
+    arrayrecord_key: str
+
+    def extras_problem(self, extras: ArrayRecord) -> str | None: ...
+    def reject_reason(self, content: RecordDict) -> str | None: ...
+    def reply_problem(self, msg: Message, current: ArrayRecord | None) -> str | None: ...
+    def weight_bound(self, node: int, key: str) -> float: ...
+    def _claim(self, msg: Message) -> float: ...
+    def _weight(self, msg: Message) -> float: ...
+
+
 class ReplyAdmission:
     """The hooks that admit a train reply (`checked_problem`) and weigh it (`weight_bound`);
     subclasses refine `extras_problem` and `reject_reason`."""
@@ -49,7 +73,7 @@ class ReplyAdmission:
         (e.g. a statistic outside its domain), or None. Override to add checks."""
         return None
 
-    def reply_problem(self, msg: Message, current: ArrayRecord | None) -> str | None:
+    def reply_problem(self: _Host, msg: Message, current: ArrayRecord | None) -> str | None:
         """Why the train reply `msg` cannot be used, or None: an error reply, the wire
         contract (`contract.train_reply_problem`, weights bounded by `reported`), the
         extras' contract, then `reject_reason`."""
@@ -67,7 +91,7 @@ class ReplyAdmission:
         return problem or self.reject_reason(content)
 
     def checked_problem(
-        self, msg: Message, current: ArrayRecord | None, seen: set[int], server_round: int
+        self: _Host, msg: Message, current: ArrayRecord | None, seen: set[int], server_round: int
     ) -> str | None:
         """`reply_problem`, a second reply of a node or one from a node not sampled, and
         whatever the checks raise: nothing a reply holds can raise in the server."""
@@ -87,7 +111,7 @@ class ReplyAdmission:
         """The train metrics taken from replies when `metric_keys` is not given."""
         return wire.TRAIN_METRICS
 
-    def weight_bound(self, node: int, key: str) -> float:
+    def weight_bound(self: _Host, node: int, key: str) -> float:
         """The most `key` (a size: `num-examples`, `num-test`) that counts for `node`: what
         it reported at query, at most `weight_ratio` times the median of all reported (a
         report can lower its bound, never raise it), at most `contract.MAX_SAMPLES`."""
@@ -98,18 +122,20 @@ class ReplyAdmission:
         own = (self.reported or {}).get(node, {}).get(key)
         return min(bound, float(own)) if own is not None else bound
 
-    def _claim(self, msg: Message) -> float:
+    def _claim(self: _Host, msg: Message) -> float:
         """The weight a train reply claims (`weighted_by_key`)."""
-        return float(next(iter(msg.content.metric_records.values()))[self.weighted_by_key])
+        claim = next(iter(msg.content.metric_records.values()))[self.weighted_by_key]
+        assert isinstance(claim, int | float)  # a number, as the contract checked
+        return float(claim)
 
-    def round_weights(self, used: list[Message]) -> list[float]:
+    def round_weights(self: _Host, used: list[Message]) -> list[float]:
         """The weights of a round's used replies: each `_weight`, and for a node whose sizes
         the server did not compute itself (not in `exact_sizes`), at most `share_ratio` times
         the round's typical weight (`share_capped`)."""
         exact = [m.metadata.src_node_id in self.exact_sizes for m in used]
         return share_capped([self._weight(m) for m in used], exact, self.share_ratio)
 
-    def share_headline(self, result: PersonalizationResult) -> PersonalizationResult:
+    def share_headline(self: _Host, result: PersonalizationResult) -> PersonalizationResult:
         """`result` with each test size of a node not in `exact_sizes` at most `share_ratio`
         times the typical one (`share_capped`), the headline recomputed; each cap named in
         `suspects` ("personalize: node n: ...")."""
@@ -127,7 +153,7 @@ class ReplyAdmission:
                 )
         return summarize(rows, result.failures)
 
-    def _weight(self, msg: Message) -> float:
+    def _weight(self: _Host, msg: Message) -> float:
         """A reply's weight: its claim, at most its node's `weight_bound`."""
         return min(
             self._claim(msg), self.weight_bound(msg.metadata.src_node_id, self.weighted_by_key)

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
-from flwr.app import ArrayRecord, RecordDict
+from flwr.app import Array, ArrayRecord, RecordDict
 
 from pfedgm_app.protocol import wire
 
@@ -30,7 +30,7 @@ MAX_METRICS = 64
 MAX_HEADER_BYTES = 4096
 
 
-def decode(key: str, array: object) -> tuple[np.ndarray | None, str | None]:
+def decode(key: str, array: Array) -> tuple[np.ndarray, None] | tuple[None, str]:
     """(values, None) of an Array whose real contents are what it declares (dtype, shape, no
     bytes beyond them), else (None, why). Any decoding error is the sender's, never raised."""
     try:
@@ -107,7 +107,7 @@ def train_reply_problem(
             return f"keys the model does not have: {unknown}"
         for key, array in record.items():
             values, problem = decode(key, array)
-            if problem:
+            if values is None:
                 return problem
             ours = current[key]
             if values.shape != tuple(ours.shape) or str(values.dtype) != str(ours.dtype):
@@ -126,7 +126,7 @@ def arrays_problem(record: ArrayRecord) -> str | None:
     non-finite or implausibly large values, in `record`."""
     for key, array in record.items():
         values, problem = decode(key, array)
-        if problem:
+        if values is None:
             return problem
         if not (
             np.issubdtype(values.dtype, np.integer) or np.issubdtype(values.dtype, np.floating)
@@ -161,6 +161,7 @@ def query_reply_problem(info: Mapping[str, object]) -> str | None:
         value = info.get(key)
         if problem := number_problem(key, value, low, high):
             return problem
+        assert isinstance(value, int | float)  # as number_problem found it
         if float(value) != int(value):
             return f"'{key}' must be an integer, got {value!r}"
     shape = info.get(wire.IMAGE_SHAPE)

@@ -201,7 +201,7 @@ class FedPAC(PersonalizedFedAvg):
             return problem
         counts = msg.content.array_records[wire.EXTRAS][wire.CLASS_COUNTS].numpy()
         total = float(counts.sum(dtype=np.float64))
-        claim = float(next(iter(msg.content.metric_records.values()))[self.weighted_by_key])
+        claim = self._claim(msg)
         if total > claim:
             return f"class counts sum to {total:g}, above its {self.weighted_by_key} ({claim:g})"
         return None
@@ -250,6 +250,7 @@ class FedPAC(PersonalizedFedAvg):
     def extras_for(self, node_id: int) -> ArrayRecord | None:
         arrays: dict[str, np.ndarray] = dict(self.heads.get(node_id, {}))
         if self.global_protos is not None:
+            assert self.protos_count is not None  # set with the prototypes
             arrays[wire.PROTOS] = self.global_protos
             arrays[wire.PROTOS_COUNT] = self.protos_count
         return ArrayRecord({k: Array(v) for k, v in arrays.items()}) if arrays else None

@@ -67,9 +67,10 @@ def collect(
         if problem := problem or personalize_row_problem(metrics, bound):
             failures.append(f"node {node}: {problem}")
             continue
+        row = {k: v for k, v in metrics.items() if isinstance(v, int | float)}  # all, checked
         if caps and node in caps:
-            metrics[wire.NUM_TEST] = min(metrics[wire.NUM_TEST], caps[node])
-        rows.append({**metrics, "node-id": node})
+            row[wire.NUM_TEST] = min(row[wire.NUM_TEST], caps[node])
+        rows.append({**row, "node-id": node})
     for failure in failures:
         log(WARNING, "personalize failed on %s", failure)
     if missing := asked - len(rows) - len(failures):

@@ -4,28 +4,62 @@ that every ClientApp answers it, and the round itself. flwr only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from logging import ERROR, INFO
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result
+from flwr.serverapp.strategy import FedAvg, Result
 
 from pfedgm_app.protocol import wire
 
 from .personalization_result import PersonalizationResult, collect
+from .privacy import ClientLevelDP
 from .probe import missing_handler
 from .sampling import wait_for_nodes
 
 
-class PersonalizeRound:
+class _Host(Protocol):
+    """What `PersonalizeRound` reads of its strategy (`PersonalizedFedAvg`): FedAvg's keys and
+    nodes, the strategy's options and bounds, the hooks and `ReplyAdmission`'s weights."""
+
+    personalize_message_type: str
+    node_wait_timeout: float | None
+    min_available_nodes: int
+    arrayrecord_key: str
+    configrecord_key: str
+    reported: Mapping[int, Mapping[str, float]] | None
+    privacy: ClientLevelDP | None
+    aggregation: str
+    clip_ratio: float
+    pull_bound: float
+    weight_ratio: float
+    share_ratio: float
+
+    def check_initial(self, arrays: ArrayRecord) -> None: ...
+    def check_personalize_handler(self, grid: Grid, timeout: float = ...) -> None: ...
+    def options(self) -> dict[str, Any]: ...
+    def messages(
+        self, record: RecordDict, node_ids: list[int], message_type: str
+    ) -> list[Message]: ...
+    def weight_bound(self, node: int, key: str) -> float: ...
+    def share_headline(self, result: PersonalizationResult) -> PersonalizationResult: ...
+
+
+# `start` and `summary` extend FedAvg's (the base): with `self` a type variable bound to `_Host`,
+# mypy looks `super()` up in the class's bases; with `self: _Host`, in the protocol.
+_HostT = TypeVar("_HostT", bound=_Host)
+
+
+class PersonalizeRound(FedAvg):
     """Flower's loop around a `PersonalizedFedAvg` (`start`, `summary`) and Phase 2 after it
-    (`personalize`): a mixin reading its message type, nodes, bounds and options."""
+    (`personalize`): a mixin over FedAvg reading the strategy's message type, nodes, bounds and
+    options (`_Host`)."""
 
     def start(
-        self,
+        self: _HostT,
         grid: Grid,
         initial_arrays: ArrayRecord,
         num_rounds: int = 3,
@@ -40,18 +74,18 @@ class PersonalizeRound:
         gives each client's personalized accuracy (`PersonalizationResult`)."""
         self.check_initial(initial_arrays)
         self.check_personalize_handler(grid, timeout)
-        return super().start(  # type: ignore[misc]  # FedAvg's, after this mixin
+        return super().start(  # FedAvg's, after this mixin
             grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn
         )
 
-    def summary(self) -> None:
+    def summary(self: _HostT) -> None:
         """Flower's summary lines, then the strategy's own options (`options`)."""
-        super().summary()  # type: ignore[misc]
+        super().summary()
         log(INFO, "\t└──> %s:", type(self).__name__)
         for key, value in self.options().items():
             log(INFO, "\t\t├── %s: %s", key, value)
 
-    def options(self) -> dict[str, Any]:
+    def options(self: _Host) -> dict[str, Any]:
         """The options this strategy adds to FedAvg's, for `summary`; subclasses extend it."""
         dp = self.privacy
         privacy = "off" if dp is None else f"z={dp.noise_multiplier:.4g}, C={dp.clipping_norm:g}"
@@ -63,7 +97,7 @@ class PersonalizeRound:
             "personalize message": self.personalize_message_type,
         }
 
-    def check_personalize_handler(self, grid: Grid, timeout: float = 3600) -> None:
+    def check_personalize_handler(self: _Host, grid: Grid, timeout: float = 3600) -> None:
         """Before round 1, one node gets a `personalize_message_type` message without arrays:
         a ClientApp with no handler for it (Flower's "No ... function registered") ends the run
         here, in one line naming the decorator to add, not after every round has trained. Any
@@ -74,7 +108,7 @@ class PersonalizeRound:
             raise RuntimeError(why)
 
     def personalize(
-        self,
+        self: _Host,
         grid: Grid,
         arrays: ArrayRecord,
         config: ConfigRecord,

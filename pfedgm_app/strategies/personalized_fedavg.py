@@ -19,6 +19,7 @@ from flwr.app import (
     Message,
     MessageType,
     MetricRecord,
+    MetricRecordValues,
     RecordDict,
 )
 from flwr.common import log
@@ -119,7 +120,7 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, PersonalizeRound, FedAvg
         self.clip_ratio, self.pull_bound, self.aggregation = clip_ratio, pull_bound, aggregation
         self.trim_fraction, self.byzantine_nodes = trim_fraction, byzantine_nodes
         self.norms: dict[str, list[float]] = {}  # key -> its last typical steps (`influence`)
-        self.influence: dict[int, dict] = {}  # round -> the bounds' record (`round_influence`)
+        self.influence: dict[int, dict[str, Any]] = {}  # round -> its record (`round_influence`)
         self.largest_share: dict[str, float] = {}  # the run's largest: round, node, share, of n
         self.sampled: dict[int, set[int]] = {}  # round -> the nodes its messages went to
         self.dropped: list[str] = []  # "round r: node n: why", for the run's summary
@@ -207,7 +208,7 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, PersonalizeRound, FedAvg
         the extras go to `aggregate_extras`. A reply that cannot be used is dropped with a
         warning naming its node; with none left, (None, None): the round changes nothing."""
         current = self.sent_arrays.pop(server_round, None)
-        replies, seen = list(replies), set()
+        replies, seen = list(replies), set[int]()
         used = []
         for msg in replies:
             if problem := self.checked_problem(msg, current, seen, server_round):
@@ -219,7 +220,7 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, PersonalizeRound, FedAvg
                 used.append(msg)
         sampled = sorted(self.sampled.pop(server_round, ()), key=self._order)
         log(INFO, "aggregate_train: %d of %d replies used", len(used), len(replies))
-        counts: dict[str, float] = {"replies-dropped": len(replies) - len(used)}
+        counts: dict[str, MetricRecordValues] = {"replies-dropped": len(replies) - len(used)}
         if not used:
             return None, MetricRecord(counts)
         # Sums in a fixed order: replies arrive in any order, and float addition is not
@@ -261,8 +262,11 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, PersonalizeRound, FedAvg
             log(WARNING, why, server_round, problem)
             self.dropped.append(f"round {server_round}: the aggregate: {problem}")
             return None, MetricRecord(counts)
-        metrics = [dict(next(iter(m.content.metric_records.values()))) for m in used]
-        metrics = [{k: v for k, v in m.items() if k in self.metric_keys} for m in metrics]
+        replied = [next(iter(m.content.metric_records.values())) for m in used]
+        metrics = [  # numbers, as the contract checked (`metrics_problem`)
+            {k: v for k, v in r.items() if k in self.metric_keys and isinstance(v, int | float)}
+            for r in replied
+        ]
         means = weighted_mean(list(zip(weights, metrics, strict=True)))
         totals = {"num-clients": len(used), self.weighted_by_key + "-total": sum(weights)}
         for key in [k for k in means if k.startswith("seconds-")]:  # client time spent

@@ -10,10 +10,10 @@ losses of `pfedgm_app.learning.gaussian` and answers `train` and `train.personal
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
-from flwr.app import ArrayRecord, RecordDict
+from flwr.app import Array, ArrayRecord, RecordDict
 
 from pfedgm_app.protocol import wire
 from pfedgm_app.runconfig.readings import BIAS_AVERAGES, COVARIANCE_AVERAGES, check_choice
@@ -73,7 +73,7 @@ class PFedGM(PersonalizedFedAvg):
 
     def average_transform(self) -> dict[str, tuple[Callable, Callable]]:
         """{key: (to, back)}: the arrays averaged as to(x), the mean mapped back by back()."""
-        transforms = {}
+        transforms: dict[str, tuple[Callable, Callable]] = {}
         if self.covariance_average == "covariance":
             transforms.update({k: (np.reciprocal, np.reciprocal) for k in self.covariance_keys})
         if self.bias_average == "mixture":
@@ -102,13 +102,13 @@ class PFedGM(PersonalizedFedAvg):
                 raise ValueError(f"covariance '{key}' must start positive (nu^0 = identity)")
 
     def reject_reason(self, content: RecordDict) -> str | None:
-        record = content.array_records.get(self.arrayrecord_key, {})
+        record: Mapping[str, Array] = content.array_records.get(self.arrayrecord_key, {})
         return self._covariance_problem(record)
 
     def aggregate_problem(self, arrays: ArrayRecord) -> str | None:
         return super().aggregate_problem(arrays) or self._covariance_problem(arrays)
 
-    def _covariance_problem(self, record: ArrayRecord) -> str | None:
+    def _covariance_problem(self, record: Mapping[str, Array]) -> str | None:
         """nu (the diagonal precision A) must stay positive, and its reciprocal (the variance,
         which the covariance reading averages) within the value bound every array keeps: a
         precision of 1e-30 would otherwise outweigh every other client's in that mean."""

@@ -14,7 +14,7 @@ of Flower's Byzantine-robust strategies (numpy + flwr only).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
@@ -53,9 +53,9 @@ def combine(
     if aggregation == "mean":
         result = weighted_mean(list(zip(weights, records, strict=True)))
     elif aggregation in FLOWER_ROBUST:
-        result = flower_robust(weights, records, aggregation, byzantine_nodes)
-        if result is None:
+        if (robust := flower_robust(weights, records, aggregation, byzantine_nodes)) is None:
             return None
+        result = robust
     else:
         keys = {k for r in records for k in r}
         result = {}
@@ -146,6 +146,10 @@ def weighted_mean(items: list[tuple[float, Mapping[str, Any]]]) -> dict[str, Any
     return means
 
 
+@overload
+def merge_arrays(current: ArrayRecord | None, update: ArrayRecord) -> ArrayRecord: ...
+@overload
+def merge_arrays(current: ArrayRecord | None, update: None) -> None: ...
 def merge_arrays(current: ArrayRecord | None, update: ArrayRecord | None) -> ArrayRecord | None:
     """`update` with every key it lacks taken from `current` (keys kept local stay as they were)."""
     if current is None:

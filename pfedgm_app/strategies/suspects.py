@@ -15,6 +15,8 @@ once; the run names every one, so that a result moved by them is never reported 
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import numpy as np
 from flwr.app import Message
 
@@ -24,7 +26,36 @@ from .robust import WEIGHTED
 
 MAX_RECORDED = 1000  # entries of a strategy's `dropped` and `suspects` kept for the summary
 KEPT_ROUNDS = 10  # rounds whose `influence` record waits to be read (`round_influence`)
+MIN_CONSENSUS = 3  # replies from which the others' step is a consensus a pull can oppose
 OPPOSED_PULL = -1.0  # an update that undoes more than one typical client's push is named
+
+
+class _Host(Protocol):
+    """What `SuspectNaming` reads of its strategy (`PersonalizedFedAvg`): its bounds and
+    records, `ReplyAdmission._claim`, and its own steps (subclasses may refine them)."""
+
+    aggregation: str
+    clip_ratio: float
+    pull_bound: float
+    norms: dict[str, list[float]]
+    influence: dict[int, dict[str, Any]]
+    largest_share: dict[str, float]
+    suspects: list[str]
+    dropped: list[str]
+
+    def _claim(self, msg: Message) -> float: ...
+    def record_influence(
+        self, server_round: int, used: list[Message], bounds: Influence
+    ) -> None: ...
+    def name_suspects(
+        self,
+        server_round: int,
+        used: list[Message],
+        weights: list[float],
+        long: list[int],
+        bounded: list[int],
+        pulled: list[float],
+    ) -> None: ...
 
 
 class SuspectNaming:
@@ -34,7 +65,7 @@ class SuspectNaming:
     `PersonalizedFedAvg`: it reads the strategy's bounds, lists and `_claim`."""
 
     def bounded_records(
-        self,
+        self: _Host,
         server_round: int,
         used: list[Message],
         weights: list[float],
@@ -59,7 +90,7 @@ class SuspectNaming:
         return records, counts | ({"update-pull-min": min(bounds.pulls)} if bounds.pulls else {})
 
     def private_records(
-        self, server_round: int, used: list[Message], privacy: ClientLevelDP, clip: float
+        self: _Host, server_round: int, used: list[Message], privacy: ClientLevelDP, clip: float
     ) -> dict[str, float]:
         """A DP round's counts for `rounds.jsonl` (epsilon spent so far, C, the steps
         clipped) and its shares of the step: each reply's step length clipped to C, over
@@ -74,7 +105,7 @@ class SuspectNaming:
                 "updates-clipped": len(clipped), "update-share-max": max(shares)}  # fmt: skip
 
     def name_suspects(
-        self,
+        self: _Host,
         server_round: int,
         used: list[Message],
         weights: list[float],
@@ -85,22 +116,27 @@ class SuspectNaming:
         """Name in `suspects` ("round r: node n: why") each reply that moved the round more
         than one client's worth: its weight capped, its update `LONG` typical lengths or more
         (`long`), or pulling against the round's progress (`pulled`, as `influence.pulls`
-        measured it; `bounded`: scaled to the bound)."""
+        measured it; `bounded`: scaled to the bound). A pull is named from 3 replies: of two,
+        "the others' step" is one client's, which an honest client of other data may oppose
+        (the pull bound still scales it, and the round's record says so)."""
+        consensus = len(used) >= MIN_CONSENSUS
         for i, msg in enumerate(used):
             why = []
             if (claim := self._claim(msg)) > weights[i]:
                 why.append(f"weight {claim:g} capped at {weights[i]:g}")
             if i in long:
                 why.append(f"update over {LONG:g} typical lengths")
-            if pulled and pulled[i] < OPPOSED_PULL:
+            if consensus and pulled and pulled[i] < OPPOSED_PULL:
                 why.append(f"update pulls against the others' step ({pulled[i]:.1f} clients)")
-            if i in bounded:
+            if consensus and i in bounded:
                 why.append("scaled to the pull bound")
             if why and len(self.suspects) < MAX_RECORDED:
                 node = msg.metadata.src_node_id
                 self.suspects.append(f"round {server_round}: node {node}: {'; '.join(why)}")
 
-    def record_influence(self, server_round: int, used: list[Message], bounds: Influence) -> None:
+    def record_influence(
+        self: _Host, server_round: int, used: list[Message], bounds: Influence
+    ) -> None:
         """Keep what the bounds did to the round's replies for its record (`round_influence`),
         and the run's largest share in `largest_share` (with the round's number of replies,
         n: 1/n is an even share)."""
@@ -117,16 +153,16 @@ class SuspectNaming:
             share = {"round": server_round, "node": nodes[i], "share": bounds.shares[i]}
             self.largest_share = share | {"replies": len(nodes)}
 
-    def round_influence(self, server_round: int) -> dict:
+    def round_influence(self: _Host, server_round: int) -> dict[str, Any]:
         """Each node's share of `server_round`'s step, the nodes clipped and pull-bounded; once
         (the round's record keeps it)."""
         return self.influence.pop(server_round, {})
 
-    def round_suspects(self, server_round: int) -> list[str]:
+    def round_suspects(self: _Host, server_round: int) -> list[str]:
         """The `suspects` entries of `server_round`."""
         return [s for s in self.suspects if s.startswith(f"round {server_round}: ")]
 
-    def round_problem(self, server_round: int) -> str | None:
+    def round_problem(self: _Host, server_round: int) -> str | None:
         """Why the aggregate of `server_round` was not used (an invariant broken), or None."""
         prefix = f"round {server_round}: the aggregate: "
         return next((d[len(prefix) :] for d in self.dropped if d.startswith(prefix)), None)

@@ -129,7 +129,9 @@ class WindowedGrid(Grid):
             free = (self.window or len(pending)) - len(in_flight)
             if pending and free > 0:
                 batch = [pending.pop() for _ in range(min(free, len(pending)))]
-                in_flight.update(i for i in self.grid.push_messages(batch) if i)  # None: refused
+                in_flight.update(
+                    i for i in self.grid.push_messages(batch) if i
+                )  # None or '': refused
             arrived = list(self.grid.pull_messages(in_flight)) if in_flight else []
             for reply in arrived:
                 if reply.metadata.reply_to_message_id in in_flight:
