@@ -359,3 +359,18 @@ def test_a_forged_size_moves_neither_the_average_nor_the_headline_beyond_its_sha
     headline = capped.share_headline(summarize(rows, []))
     assert headline.mean_accuracy == pytest.approx(100 * 0.4 * 300 / 500)
     assert capped.suspects[-1] == "personalize: node 4: test size 1900 counted as 200"
+
+
+def test_of_two_replies_one_opposing_the_other_is_bounded_but_not_named():
+    """Two honest clients of other data may step against each other: the pull bound scales
+    the one pulling back, the round's record says so, and no one is named a suspect (from 3
+    replies, the test above, a pull is named)."""
+    rng = np.random.default_rng(4)
+    direction = rng.normal(0, 1.0, 400)
+    current = _arrays(w=np.zeros(400))
+    replies = [_reply(1, _arrays(w=direction), 100), _reply(2, _arrays(w=-3 * direction), 100)]
+    strategy = PersonalizedFedAvg()
+    strategy.norms = {"w": [float(np.linalg.norm(direction))] * 5}  # the last rounds' typical
+    _, metrics = _aggregate(strategy, current, replies)
+    assert metrics["updates-pull-bounded"] == 1 and strategy.round_suspects(1) == []
+    assert strategy.round_influence(1)["pull-bounded"] == [2]
