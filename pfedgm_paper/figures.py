@@ -1,6 +1,7 @@
 """The paper's figures from a results folder, as PNG: accuracy against round per method (the
 q = 0.1 figure; any table whose runs evaluated along the way), the per-client accuracy
-distribution per method, ablation bars, and the t-SNE of representations (`tsne`)."""
+distribution per method, ablation bars, accuracy against epsilon under client-level DP
+(`privacy_lines`), and the t-SNE of representations (`tsne`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
+from pfedgm_app.methods import METHODS
 from pfedgm_app.records.run_folder import RunFolder
 
 from .cells import Results, seed_folders
@@ -83,6 +85,33 @@ def ablation_bars(cells: dict, table: Table, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def privacy_lines(cells: dict, table: Table, column: str, path: Path) -> Path | None:
+    """Personalized accuracy against epsilon, one line per method (the `privacy` table: rows
+    `<method>-dp<epsilon>` and `<method>-no-dp`, the latter drawn at the right as "no DP");
+    error bars the std across clients."""
+    by_method: dict[str, list[tuple[float, float, float]]] = {}
+    for row in table.rows:
+        if (cell := cells.get((row.name, column))) is None:
+            continue
+        epsilon = float(row.keys.get("dp-epsilon", 0.0)) or float("inf")
+        by_method.setdefault(row.keys["method"], []).append((epsilon, cell.mean, cell.std))
+    if not by_method:
+        return None
+    finite = sorted({e for points in by_method.values() for e, _, _ in points if e != float("inf")})
+    right = 2 * max(finite, default=1.0)  # where "no DP" is drawn
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, points in by_method.items():
+        points.sort()
+        xs = [right if e == float("inf") else e for e, _, _ in points]
+        ax.errorbar(xs, [m for _, m, _ in points], yerr=[s for _, _, s in points],
+                    marker="o", capsize=2, label=METHODS[method].label)  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xticks([*finite, right], [f"{e:g}" for e in finite] + ["no DP"])
+    ax.set(xlabel="epsilon (delta 1e-5)", ylabel="personalized accuracy (%)", title=table.caption)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def _save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -113,6 +142,9 @@ def figures(out: Results, to: Path, tables: list[str]) -> list[Path]:
         if name in ABLATIONS:
             written.append(ablation_bars(cells, table, to / f"{name}-bars.png"))
             continue
+        if name == "privacy":
+            for column in table.columns:
+                written.append(privacy_lines(cells, table, column, to / f"privacy-{column}.png"))
         for column in table.columns:
             written.append(curves(out, table, column, to / f"{name}-{column}-curves.png"))
             written.append(distribution(cells, table, column, to / f"{name}-{column}-clients.png"))

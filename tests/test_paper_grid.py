@@ -497,3 +497,16 @@ def test_the_aggregation_table_runs_every_aggregator_and_each_bound_off_beside_t
     assert [row.keys for row in rows if row.keys.get("pull-bound") == 0.0]
     assert rows[-1].keys == {"method": "pfedgm", **VALIDATION}  # the default, paired with all
     assert all(row.keys["validation-fraction"] > 0 for row in rows)  # never the test sets
+
+
+def test_the_privacy_figure_draws_accuracy_against_epsilon_per_method(tmp_path):
+    from pfedgm_paper.figures import figures, privacy_lines
+
+    for run, accuracies in (("pfedgm-no-dp", [0.8, 0.6]), ("pfedgm-dp8", [0.7, 0.5]),
+                            ("fedavg-dp8", [0.3, 0.2])):  # fmt: skip
+        _fake_run(tmp_path, "cifar10-dir05", run, 0, accuracies)
+    written = figures(tmp_path, tmp_path / "figures", ["privacy"])
+    assert tmp_path / "figures" / "privacy-cifar10-dir05.png" in written
+    assert written[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    empty = privacy_lines({}, TABLES["privacy"], "cifar10-dir05", tmp_path / "none.png")
+    assert empty is None and not (tmp_path / "none.png").exists()
