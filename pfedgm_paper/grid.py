@@ -10,6 +10,7 @@ each distinct run once.
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,9 +167,9 @@ def runs(tables: list[str], seeds: list[int], columns: list[str] | None = None) 
 def run_config(run: Run, out: Path, rounds: int, offline: bool, extra: dict | None = None) -> dict:
     """The run-config of `run`: its preset, its row's keys, the seed (partition and training),
     the budget, its folder; `resume` when a stopped run left a checkpoint there. A tracked
-    run (`tracker` in `extra`) is named after its cell."""
+    run (`tracker` in `extra`) is named after its cell; `commit` is this checkout's."""
     folder = run.folder(out)
-    extra = dict(extra or {})
+    extra = {"commit": source_commit(), **(extra or {})}
     if extra.get("tracker", "none") != "none":
         extra.setdefault("tracker-name", f"{run.column}/{run.name}/seed{run.seed}")
     return {
@@ -180,6 +181,23 @@ def run_config(run: Run, out: Path, rounds: int, offline: bool, extra: dict | No
         "output-dir": str(folder),
         "resume": RunFolder(folder).checkpoint.exists(),
     }
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def source_commit(root: Path = CHECKOUT) -> str:
+    """The checkout's commit (12 hex digits), `+dirty` when tracked files changed; "" outside
+    a git checkout (an installed package)."""
+    git = ["git", "-C", str(root)]
+    try:
+        head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, check=True, timeout=30).stdout.strip()  # fmt: skip
+        changes = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, timeout=30).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return head + ("+dirty" if changes.strip() else "")
 
 
 def supernodes(run: Run) -> int:

@@ -64,6 +64,7 @@ def test_run_config_names_the_preset_seed_budget_and_resumes_a_stopped_run(tmp_p
     RunFolder(tmp_path / "cifar10-dir05/pfedgm/seed2").checkpoint.write_bytes(b"")
     assert grid.run_config(run, tmp_path, 50, offline=True)["resume"] is True
     assert "tracker-name" not in cfg  # untracked: the config holds nothing of it
+    assert cfg["commit"] == grid.source_commit() and cfg["commit"][:12].isalnum()
     tracked = grid.run_config(run, tmp_path, 50, True, {"tracker": "wandb", "tracker-group": "t"})
     assert tracked["tracker-name"] == "cifar10-dir05/pfedgm/seed2"
     assert tracked["tracker-group"] == "t"

@@ -45,6 +45,7 @@ RESUMABLE = frozenset(
         "eval-every",
         "tracker",
         "tracker-name",
+        "commit",
         "tracker-group",
     }
 )

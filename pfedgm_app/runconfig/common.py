@@ -112,6 +112,8 @@ class RunConfig(Settings):
         "and named in summary.json; 1: every partition's node must")
     client_state_dir: str = setting("", doc="a folder where each client also keeps its method's "
         "arrays between rounds (stateful methods resume exactly); empty: SuperNode memory only")
+    commit: str = setting("", doc="the source commit the run came from, kept in `config.json` "
+        "(`pfedgm-paper` sets it from its checkout: `git rev-parse`, `+dirty` with changes)")
     output_dir: str = setting("", doc="where outputs go (an absolute path); empty: "
         "`outputs/<time>-<method>` in the managed SuperLink's directory")
     # what the server trusts of a reply (docs/robustness.md, strategies/robust.py)
