@@ -78,7 +78,7 @@ class ClientLevelDP:
         if noise_multiplier <= 0 or clipping_norm <= 0:
             raise ValueError("DP needs a noise multiplier and a clipping norm above 0")
         self.noise_multiplier, self.delta, self.population = noise_multiplier, delta, population
-        self.quantile, self.adaptive = quantile, quantile > 0
+        self.quantile = quantile
         self.norms: dict[int, float] = {}  # node -> its step's length, in the last round
         self.accountant = accountant(delta, population)
         # Adaptive clipping spends part of z on the count of unclipped steps (std sigma_b:
@@ -95,6 +95,11 @@ class ClientLevelDP:
         self.wrapper = DifferentialPrivacyServerSideFixedClipping(
             inner, step_noise, clipping_norm, sample_size
         )
+
+    @property
+    def adaptive(self) -> bool:
+        """C moves each round (`quantile` > 0)."""
+        return self.quantile > 0
 
     @property
     def clipping_norm(self) -> float:
