@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_influence [--methods fedavg,fedavgft,pfedgm] [--nodes 3,4,6]
         [--attacks reversed-9,...] [--set clip-ratio=1.0] [--deployment] [--markdown FILE]
+        [--workdir DIR]
 
 Each attack of `devtools.attacks.ATTACKS` named here runs on MNIST, every SuperNode every
 round (`devtools.attacks.RUN`), beside its honest twin (the same run, every client honest),
@@ -11,14 +12,18 @@ under attack, the difference, the worst honest client's difference, the largest 
 round's step any node had, and what the records say. A row holds the issue's bar when the
 mean is within 5 points of its twin and each honest client within 10. With `--deployment`
 the attacked runs are loopback deployments (`devtools.attack_deployment`: a SuperLink and a
-SuperNode process per client, through `flwr run`), their twins in process.
+SuperNode process per client, through `flwr run`), their twins in process. With `--workdir`
+the runs are kept there and a finished one is read, not rerun, so that a long table resumes.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.bench_attacks import markdown, records_say
@@ -42,6 +47,14 @@ def accuracies(folder: Path) -> dict[int, float]:
     return {int(r["partition-id"]): float(r["accuracy"]) for r in rows}
 
 
+def finished_or(folder: Path, start: Callable[[], dict]) -> dict:
+    """The summary of the run in `folder`: read where it finished, else (re)started afresh."""
+    if RunFolder(folder).finished:
+        return RunFolder(folder).read_summary()
+    shutil.rmtree(folder, ignore_errors=True)  # a run cut off mid-way starts over
+    return start()
+
+
 def row(
     name: str, method: str, nodes: int, workdir: Path, keys: dict, twins: dict, deployed: bool
 ) -> tuple:
@@ -50,14 +63,15 @@ def row(
     config = {**keys, "method": method}
     twin_key = (method, nodes, tuple(sorted({**attack.run, **config}.items())))
     if twin_key not in twins:
-        folder = workdir / f"honest-{len(twins)}"
-        run(attack, DATA, folder, honest=True, nodes=nodes, **config)
+        digest = hashlib.sha256(repr(twin_key).encode()).hexdigest()[:8]
+        folder = workdir / f"honest-{method}-{nodes}-{digest}"
+        finished_or(folder, lambda: run(attack, DATA, folder, honest=True, nodes=nodes, **config))
         twins[twin_key] = accuracies(folder)
-    folder = workdir / f"{name}-{method}-{nodes}"
+    folder = workdir / f"{name}-{method}-{nodes}{'-deployed' if deployed else ''}"
     if deployed:
-        summary = run_deployed(name, DATA, folder, nodes, **config)
+        summary = finished_or(folder, lambda: run_deployed(name, DATA, folder, nodes, **config))
     else:
-        summary = run(attack, DATA, folder, nodes=nodes, **config)
+        summary = finished_or(folder, lambda: run(attack, DATA, folder, nodes=nodes, **config))
     attacked, honest = accuracies(folder), twins[twin_key]
     kept = [p for p in honest if p not in attack.attackers and p in attacked]
     before = sum(honest[p] for p in kept) / len(kept)
@@ -77,9 +91,11 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--deployment", action="store_true", help="attacked runs deployed")
     parser.add_argument("--markdown", type=Path, help="also write the table here")
+    parser.add_argument("--workdir", type=Path, help="keep the runs here; finished ones are read")
     args = parser.parse_args()
     keys, table, twins = set_keys(args.set), [], {}
-    with tempfile.TemporaryDirectory(prefix="pfedgm-influence-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="pfedgm-influence-") as scratch:
+        workdir = args.workdir or scratch
         for name in args.attacks.split(","):
             for method in args.methods.split(","):
                 for nodes in [int(n) for n in args.nodes.split(",")]:
