@@ -11,17 +11,13 @@ instance would hold at most this machine's CPUs, no ClientApp would fit and the 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import tempfile
-import time
-from pathlib import Path
 
 import pytest
 
-from pfedgm_cli.flwr_calls import free_port, offline_env
+from pfedgm_cli.flwr_calls import offline_env
 from pfedgm_cli.flwr_cli import run_app
 from pfedgm_cli.superlink import stop_local_superlink
+from tests.conftest import ray_head
 
 pytestmark = pytest.mark.e2e
 
@@ -29,32 +25,18 @@ pytestmark = pytest.mark.e2e
 def test_a_simulation_runs_on_a_ray_cluster_started_beforehand(tmp_path, mnist):
     # more CPUs than a private instance could have: the cluster declares them (a logical count)
     cpus = (os.cpu_count() or 1) + 1
-    # a short temp dir: Ray's socket paths must stay under the OS's 107 characters
-    temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
-    port = free_port()
-    head = subprocess.Popen(
-        ["ray", "start", "--head", f"--port={port}", f"--temp-dir={temp}", f"--num-cpus={cpus}",
-         "--include-dashboard=false", "--disable-usage-stats", "--block"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
     home = tmp_path / "flwr-home"
-    env = {**offline_env(home), "RAY_ADDRESS": f"127.0.0.1:{port}"}
-    try:
-        for _ in range(120):  # the head is up once `ray status` reaches it
-            status = subprocess.run(["ray", "status", "--address", env["RAY_ADDRESS"]],
-                                    capture_output=True)  # fmt: skip
-            if status.returncode == 0:
-                break
-            time.sleep(1)
-        cfg = {"method": "fedavg", "num-server-rounds": 1, "local-epochs": 1, "pool-size": 600,
-               "fraction-train": 1.0, "client-threads": 1, "dataset": str(mnist),
-               "output-dir": str(tmp_path / "out")}  # fmt: skip
-        run = run_app(cfg, 2, env, cpus_per_client=cpus, timeout=600)
-        assert run.ok, run.log[-3000:]
-        # both ClientApps trained (no reply dropped) and were evaluated
-        assert run.summary["dropped-replies"] == [] and run.summary["num-clients-evaluated"] == 2
-    finally:
-        stop_local_superlink(home)
-        head.terminate()  # `ray start --block` stops the node's processes with it
-        head.wait(timeout=60)
-        shutil.rmtree(temp, ignore_errors=True)
+    with ray_head(cpus) as address:
+        env = {**offline_env(home), "RAY_ADDRESS": address}
+        try:
+            cfg = {"method": "fedavg", "num-server-rounds": 1, "local-epochs": 1,
+                   "pool-size": 600, "fraction-train": 1.0, "client-threads": 1,
+                   "dataset": str(mnist), "output-dir": str(tmp_path / "out")}  # fmt: skip
+            run = run_app(cfg, 2, env, cpus_per_client=cpus, timeout=600)
+            assert run.ok, run.log[-3000:]
+            # both ClientApps trained (no reply dropped) and were evaluated
+            assert (
+                run.summary["dropped-replies"] == [] and run.summary["num-clients-evaluated"] == 2
+            )
+        finally:
+            stop_local_superlink(home)
