@@ -12,7 +12,6 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
-from pfedgm_app.methods import METHODS
 from pfedgm_app.records.run_folder import RunFolder
 
 from .cells import Results, seed_folders
@@ -87,14 +86,16 @@ def ablation_bars(cells: dict, table: Table, path: Path) -> Path | None:
 
 def privacy_lines(cells: dict, table: Table, column: str, path: Path) -> Path | None:
     """Personalized accuracy against epsilon, one line per method (the `privacy` table: rows
-    `<method>-dp<epsilon>` and `<method>-no-dp`, the latter drawn at the right as "no DP");
-    error bars the std across clients."""
+    labelled `<method>, epsilon <e>, ...` and `<method>, no DP`, the latter drawn at the right
+    as "no DP"); error bars the std across clients. Lines follow labels, not runs: FedAvg's
+    rows read FedAvgFT's runs."""
     by_method: dict[str, list[tuple[float, float, float]]] = {}
     for row in table.rows:
         if (cell := cells.get((row.name, column))) is None:
             continue
         epsilon = float(row.keys.get("dp-epsilon", 0.0)) or float("inf")
-        by_method.setdefault(row.keys["method"], []).append((epsilon, cell.mean, cell.std))
+        method = row.label.split(", ")[0]
+        by_method.setdefault(method, []).append((epsilon, cell.mean, cell.std))
     if not by_method:
         return None
     finite = sorted({e for points in by_method.values() for e, _, _ in points if e != float("inf")})
@@ -104,7 +105,7 @@ def privacy_lines(cells: dict, table: Table, column: str, path: Path) -> Path | 
         points.sort()
         xs = [right if e == float("inf") else e for e, _, _ in points]
         ax.errorbar(xs, [m for _, m, _ in points], yerr=[s for _, _, s in points],
-                    marker="o", capsize=2, label=METHODS[method].label)  # fmt: skip
+                    marker="o", capsize=2, label=method)  # fmt: skip
     ax.set_xscale("log")
     ax.set_xticks([*finite, right], [f"{e:g}" for e in finite] + ["no DP"])
     ax.set(xlabel="epsilon (delta 1e-5)", ylabel="personalized accuracy (%)", title=table.caption)

@@ -166,6 +166,20 @@ def test_fedavgft_fine_tunes_before_evaluating():
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
+def test_fedavgft_trains_as_fedavg_and_its_acc_global_is_fedavgs_accuracy():
+    """The privacy tables read FedAvg's rows from FedAvgFT's runs (`pfedgm_paper.studies.RUNS_AS`):
+    the same replies from the same model and data, and FedAvg's accuracy before the fine-tuning."""
+    replies, results = {}, {}
+    for name in ("fedavg", "fedavgft"):
+        model, task = _model(name), _task()
+        arrays = plugin(name).train(model, task).arrays
+        replies[name] = {k: v.clone() for k, v in arrays.items()}  # before any fine-tuning
+        results[name] = plugin(name).personalize(model, task).metrics
+    for key, value in replies["fedavg"].items():
+        assert torch.equal(value, replies["fedavgft"][key]), key
+    assert results["fedavgft"]["acc-global"] == results["fedavg"]["accuracy"]
+
+
 def test_generators_match_the_fedpac_pfedfda_cnns():
     """CIFAR: 3 conv + fc 576->128; EMNIST: 2 conv + fc 800->128; LeakyReLU; z is 128-d."""
     from pfedgm_app.learning.models import CifarCNN, EmnistCNN

@@ -503,11 +503,26 @@ def test_the_aggregation_table_runs_every_aggregator_and_each_bound_off_beside_t
 def test_the_privacy_figure_draws_accuracy_against_epsilon_per_method(tmp_path):
     from pfedgm_paper.figures import figures, privacy_lines
 
-    for run, accuracies in (("pfedgm-no-dp", [0.8, 0.6]), ("pfedgm-dp8", [0.7, 0.5]),
-                            ("fedavg-dp8", [0.3, 0.2])):  # fmt: skip
-        _fake_run(tmp_path, "cifar10-dir05", run, 0, accuracies)
+    for row, accuracies in zip(TABLES["privacy"].rows, ([0.8, 0.6], [0.7, 0.5]), strict=False):
+        _fake_run(tmp_path, "cifar10-dir05", row.run, 0, accuracies)
     written = figures(tmp_path, tmp_path / "figures", ["privacy"])
     assert tmp_path / "figures" / "privacy-cifar10-dir05.png" in written
     assert written[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     empty = privacy_lines({}, TABLES["privacy"], "cifar10-dir05", tmp_path / "none.png")
     assert empty is None and not (tmp_path / "none.png").exists()
+
+
+def test_each_methods_dp_clip_is_its_best_on_validation_in_the_committed_study():
+    """The epsilon table runs each method at the C of its best validation accuracy in the
+    committed clip study, its row complete; FedAvg's rows read FedAvgFT's global accuracy."""
+    from pfedgm_paper.studies import DP_CLIPS, PRIVACY, PRIVACY_CLIP
+
+    out = ROOT / "results" / "paper" / "privacy-clip" / "runs"
+    for method, clip in DP_CLIPS.items():
+        rows = [row for row in PRIVACY_CLIP if row.name.startswith(f"{method}-")]
+        cells = {row.name: read_cell(out, "cifar10-dir05", row) for row in rows}
+        assert None not in cells.values(), f"{method}: its clip study is not complete"
+        best = max(cells, key=lambda name: cells[name].mean)  # type: ignore[union-attr]
+        assert best == f"{method}-val-dp4-clip-{clip}", (method, best)
+    assert {row.run.split("-")[0] for row in PRIVACY + PRIVACY_CLIP} <= set(METHODS) - {"fedavg"}
+    assert all(row.metric == "acc-global" for row in PRIVACY_CLIP if row.name.startswith("fedavg-"))
