@@ -31,6 +31,11 @@ class Cell:
     per_client: PerClient = field(repr=False)
     differences: list[str] = field(default_factory=list)  # from the paper's protocol
     source: Path | None = None  # the `--beside` folder it was read from; None: the first
+    # Rounds in which every reply failed, so the global model stood still (a DP run's noise
+    # can leave a model no client trains from), summed over seeds; and a DP run's epsilon
+    # spent, the seeds' mean (less than its target where rounds released nothing).
+    idle_rounds: int = 0
+    epsilon: float | None = None
 
 
 # What fixes a run's protocol, as config.json records it: (key, the paper's value, words)
@@ -96,6 +101,7 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
     folders = seed_folders(out, column, row.run)
     per_client: PerClient = {}
     means, stds, minutes, per_round, rounds, differences = [], [], [], [], set(), []
+    idle, epsilons = 0, []
     for seed, folder in folders.items():
         rows = client_rows(folder, row.metric)
         if not rows:
@@ -113,6 +119,9 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
         per_round.append(summary.get("seconds-per-round", float("nan")))
         rounds.add(int(summary.get("rounds", 0)) + int(summary.get("rounds-before", 0)))
         per_client.update({(seed, pid): v for pid, v in rows.items()})
+        idle += len(idle_rounds(stored))
+        if "epsilon" in (privacy := summary.get("privacy", {})):
+            epsilons.append(float(privacy["epsilon"]))
     if not means:
         return None
     if len(rounds) > 1:
@@ -129,7 +138,18 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
         per_client,
         differences,
         _beside(out, next(iter(folders.values())).parents[2]),
+        idle,
+        sum(epsilons) / len(epsilons) if epsilons else None,
     )
+
+
+def idle_rounds(run: RunFolder) -> list[int]:
+    """The training rounds of `run` in which replies came and every one failed: no update."""
+    return [
+        r["round"]
+        for r in run.read_rounds()
+        if r.get("replies-dropped") and not r.get("num-clients")
+    ]
 
 
 def _beside(out: Results, home: Path) -> Path | None:

@@ -65,6 +65,7 @@ def cell_text(table: Table, cells: dict, row: Row, column: str, best: bool) -> s
     text = f"**{text}**" if best and cell is not None and not cell.differences else text
     text += OTHER_PROTOCOL if cell is not None and cell.differences else ""
     text += BESIDE if cell is not None and cell.source else ""
+    text += IDLE if cell is not None and cell.idle_rounds else ""
     if paper:
         text += f"<br>paper {paper[0]:.2f}" + (
             f" ({_std(paper[1])})" if paper[1] is not None else ""
@@ -74,6 +75,23 @@ def cell_text(table: Table, cells: dict, row: Row, column: str, best: bool) -> s
 
 OTHER_PROTOCOL = " †"  # the cell's runs depart from the paper's protocol (`protocol_lines`)
 BESIDE = " ‡"  # the cell was read from a `--beside` folder (`beside_line`)
+IDLE = " §"  # in some rounds every reply failed: the model stood still (`idle_lines`)
+
+
+def idle_lines(table: Table, cells: dict[tuple[str, str], Cell]) -> list[str]:
+    """One line per cell whose runs had rounds in which every reply failed: how many, and a
+    DP run's epsilon spent (below its target where rounds released nothing)."""
+    lines = []
+    for row in table.rows:
+        for (name, column), cell in cells.items():
+            if name != row.name or not cell.idle_rounds:
+                continue
+            spent = f", epsilon {cell.epsilon:.2f} spent" if cell.epsilon is not None else ""
+            lines.append(
+                f"{IDLE.strip()} {row.label}, {column}: every reply failed in {cell.idle_rounds} "
+                f"of {cell.rounds * len(cell.seeds)} rounds, the model standing still{spent}."
+            )
+    return lines
 
 
 def beside_line(cells: dict[tuple[str, str], Cell]) -> list[str]:
@@ -123,6 +141,8 @@ def markdown(out: Results, table: Table) -> str:
             texts.append(cell_text(table, cells, row, column, best and table.kind != "runtime"))
         lines.append(f"| {row.label} | " + " | ".join(texts) + " |")
     lines += ["", budget_line(cells, table.kind), *beside_line(cells)]
+    if idle := idle_lines(table, cells):
+        lines += ["", *idle]
     if differing := protocol_lines(cells, columns):
         lines += ["", *differing]
     if table.kind != "runtime":

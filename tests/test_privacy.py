@@ -45,16 +45,19 @@ def test_each_step_is_clipped_to_c_and_weighs_one_mth_of_the_mean():
 
 
 def test_the_clip_spans_every_shared_array_and_nothing_else_moves():
-    """C bounds the L2 norm over all the arrays a node shares; an array no reply holds (kept
-    local) and an integer array (a counter) keep the values sent, untouched by noise."""
+    """C bounds the L2 norm over all the arrays a node shares; an array the method keeps
+    local (not in `shared`, though a reply holds it) and an integer array (a counter) keep
+    the values sent, untouched by noise."""
     sent = {
         "a": np.zeros(2, np.float32),
         "b": np.zeros(2, np.float32),
         "head": np.ones(2, np.float32),
         "count": np.array([7]),
     }
-    steps = {1: {"a": np.array([3.0, 0], np.float32), "b": np.array([0, 4.0], np.float32)}}
-    out = _dp(z=1e-6, c=1.0, m=1).step([1], steps, sent)
+    steps = {1: {"a": np.array([3.0, 0], np.float32), "b": np.array([0, 4.0], np.float32),
+                 "head": np.full(2, 9.0, np.float32)}}  # fmt: skip
+    dp = ClientLevelDP(1e-6, 1.0, 1e-5, population=100, sample_size=1, shared=["a", "b", "count"])
+    out = dp.step([1], steps, sent)
     assert set(out) == {"a", "b"}  # the strategy keeps the sent values of the rest
     np.testing.assert_allclose(np.concatenate([out["a"], out["b"]]), [0.6, 0, 0, 0.8], atol=1e-5)
 
@@ -123,6 +126,26 @@ def test_pfedgm_under_dp_keeps_nu_positive_and_records_the_epsilon_each_round():
     assert arrays is not None and (arrays["head.A"].numpy() >= 0.5).all()
     assert metrics["dp-epsilon"] == pytest.approx(epsilon_after(50.0, 1, 1e-5))
     assert metrics["update-share-max"] == 0.5  # 10^6 examples claimed weigh as one client
+
+
+def test_a_round_in_which_every_reply_failed_releases_the_noise_alone_and_counts_it():
+    """Were the model left as sent when no client trained, that event (which depends on the
+    clients' data) would show through no noise: the round releases std z C / m on the
+    shared arrays and the accountant counts it; the round's record has no `num-clients`."""
+    np.random.seed(0)
+    strategy = PFedGM(privacy=ClientLevelDP(8.0, 0.1, 1e-5, 100, 2, shared=["phi", "head.mu"]))
+    sent = {"phi": np.zeros(D, np.float32), "head.mu": np.zeros((2, 3), np.float32),
+            "head.A": np.ones((2, 3), np.float32)}  # fmt: skip
+    strategy.sent_arrays[1], strategy.sampled[1] = (
+        ArrayRecord({k: Array(v) for k, v in sent.items()}),
+        {1, 2},
+    )
+    failed = [_reply(n, {"phi": np.full(D, np.nan, np.float32)}) for n in (1, 2)]
+    arrays, metrics = strategy.aggregate_train(1, failed)
+    assert arrays is not None and "num-clients" not in metrics and metrics["replies-dropped"] == 2
+    assert np.std(arrays["phi"].numpy()) == pytest.approx(8.0 * 0.1 / 2, rel=0.03)
+    assert (arrays["head.A"].numpy() == 1).all()  # not shared: as sent
+    assert metrics["dp-epsilon"] == pytest.approx(epsilon_after(8.0, 1, 1e-5))
 
 
 def _parse(**keys) -> None:

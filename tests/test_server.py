@@ -317,6 +317,26 @@ def test_when_no_round_aggregates_the_run_stops_naming_the_rounds_not_personaliz
         resumed.run(ArrayRecord({"w": Array(np.zeros(1))}), 1, lambda r, a, m: None)
 
 
+def test_under_dp_no_round_aggregating_still_stops_the_run_and_each_round_released_noise(
+    task_identity,
+):
+    """Under DP a round in which every reply failed releases the noise alone (`privacy`):
+    the model moves, the epsilon counts, and the run still stops as no client trained."""
+    pytest.importorskip("dp_accounting")
+    from pfedgm_app.server.rounds import Rounds
+    from pfedgm_app.strategies.privacy import ClientLevelDP
+
+    dp = ClientLevelDP(1.0, 1.0, 1e-5, population=2, sample_size=2)
+    strategy = PersonalizedFedAvg(fraction_train=1.0, min_available_nodes=2, privacy=dp)
+    seen = []
+    rounds = Rounds(FailingGrid({1: (0, 2), 2: (1, 2)}), strategy, last=2, timeout=10)
+    with pytest.raises(RuntimeError, match=r"rounds 1-2\), so no model"):
+        rounds.run(ArrayRecord({"w": Array(np.zeros(1))}), 0,
+                   lambda r, a, m: seen.append((a["w"].numpy()[0], m["dp-epsilon"])))  # fmt: skip
+    assert all(w != 0 for w, _ in seen) and seen[0][1] < seen[1][1]
+    assert dp.spent().releases == 2
+
+
 def test_a_refusal_is_logged_once_and_other_errors_keep_their_traceback(caplog):
     """Flower logs a ServerApp's exception with its traceback; for the app's explained
     refusal (a ConfigError, already its one `pFedGM app:` line) the filter drops that record

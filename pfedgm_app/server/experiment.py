@@ -16,6 +16,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from pfedgm_app.data import Protocol
+from pfedgm_app.learning.models import Model
 from pfedgm_app.methods import Method, noise_multiplier
 from pfedgm_app.methods.base import ClientPlugin
 from pfedgm_app.protocol import wire
@@ -56,11 +57,14 @@ def experiment(
 
     known = known_sizes(protocol, clients)  # the true sizes, where the server can compute them
     differ = use_known_sizes(clients, known)
-    strategy = build_strategy(cfg, method, partitions, trained, clients, settings, set(known))
+    plugin = method.plugin(settings)
+    model = starting_model(cfg, plugin, *model_input(clients))
+    strategy = build_strategy(cfg, method, partitions, trained, clients, settings, set(known),
+                              shared_keys(plugin, model))  # fmt: skip
     strategy.suspects.extend(differ)
     refresh = take_in_new_nodes if cfg.min_nodes else None
     evaluation = Evaluation(grid, cfg, protocol, partitions, strategy, refresh, left_out)
-    arrays = initial_arrays(cfg, method.plugin(settings), *model_input(clients))
+    arrays = ArrayRecord(model.state_dict())
     if initial is not None:
         arrays = initial_model.fit(initial, arrays)
         log(INFO, "pFedGM app: starting from %s", initial.describe())
@@ -184,15 +188,27 @@ def resume(
     return done, arrays
 
 
-def initial_arrays(
+def starting_model(
     cfg: RunConfig, plugin: ClientPlugin, image_shape: tuple[int, int, int], num_classes: int
-) -> ArrayRecord:
+) -> Model:
     """phi^0, psi^0, nu^0 (or the baseline's model), seeded by `seed`, for the clients' images
     and classes (from their query replies: the server needs no copy of the data), built by the
     method's plug-in with the run's settings (e.g. pFedGM's `navigator-std`)."""
     torch.manual_seed(cfg.seed)
-    model = plugin.build_model(image_shape, num_classes)
-    return ArrayRecord(model.state_dict())
+    return plugin.build_model(image_shape, num_classes)
+
+
+def initial_arrays(
+    cfg: RunConfig, plugin: ClientPlugin, image_shape: tuple[int, int, int], num_classes: int
+) -> ArrayRecord:
+    """`starting_model`'s arrays."""
+    return ArrayRecord(starting_model(cfg, plugin, image_shape, num_classes).state_dict())
+
+
+def shared_keys(plugin: ClientPlugin, model: Model) -> list[str]:
+    """The arrays the method's clients send (its `sends`), known before any reply."""
+    kept = set(plugin.kept_keys(model))
+    return [k for k in model.state_dict() if k not in kept]
 
 
 def build_strategy(
@@ -203,6 +219,7 @@ def build_strategy(
     reported: dict[int, dict] | None = None,
     settings: Settings | None = None,
     exact_sizes: set[int] | None = None,
+    shared: list[str] | None = None,
 ) -> PersonalizedFedAvg:
     """The server side of `method`; every round waits for all clients to be connected (with
     `min-nodes` N: for N, ending the run when fewer stay connected for `node-wait-timeout`)
@@ -230,20 +247,25 @@ def build_strategy(
         aggregation=cfg.aggregation,
         trim_fraction=cfg.trim_fraction,
         byzantine_nodes=cfg.byzantine_nodes,
-        privacy=client_level_dp(cfg, len(train_nodes or node_partitions)),
+        privacy=client_level_dp(cfg, len(train_nodes or node_partitions), shared),
         **(settings.strategy_options() if settings is not None else {}),
     )
     return strategy
 
 
-def client_level_dp(cfg: RunConfig, population: int) -> ClientLevelDP | None:
-    """The run's DP (`dp-*` keys) over `population` clients, m = q N sampled a round; None
-    without it. Logs what it will spend: the influence bounds give way to its clip."""
+def client_level_dp(
+    cfg: RunConfig, population: int, shared: list[str] | None = None
+) -> ClientLevelDP | None:
+    """The run's DP (`dp-*` keys) over `population` clients, m = q N sampled a round, on the
+    `shared` arrays (None: every float array); None without it. Logs what it will spend: the
+    influence bounds give way to its clip."""
     if not cfg.private:
         return None
     sample = min(max(int(population * cfg.fraction_train), 1), population)
     z = noise_multiplier(cfg)
-    dp = ClientLevelDP(z, cfg.dp_clip, cfg.dp_delta, population, sample, cfg.dp_clip_quantile)
+    dp = ClientLevelDP(
+        z, cfg.dp_clip, cfg.dp_delta, population, sample, cfg.dp_clip_quantile, shared
+    )
     log(
         INFO,
         "pFedGM app: client-level DP, z=%.4g, C=%g, %d of %d clients a round: epsilon %.3g at "

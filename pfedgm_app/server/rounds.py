@@ -56,18 +56,20 @@ class Rounds:
                 metrics["replies-late"] = late
             if metrics is not None and (stale := getattr(self.grid, "stale", 0) - stale):
                 metrics["replies-stale"] = stale
-            if update is None:
+            if update is None or "num-clients" not in (metrics or {}):  # no reply's step
                 problem = self.strategy.round_problem(server_round)
                 failed[server_round] = problem or first_failure(
                     replies, len(messages), self.strategy.dropped, server_round
                 )
+                noise = "" if update is None else "; DP released its noise alone"
                 log(
                     WARNING,
-                    "round %d: no update aggregated (%s)",
+                    "round %d: no update aggregated (%s)%s",
                     server_round,
                     failed[server_round],
+                    noise,
                 )
-            else:
+            if update is not None:
                 arrays = update
             after_round(server_round, arrays, metrics)
         if failed and len(failed) == self.last - done:

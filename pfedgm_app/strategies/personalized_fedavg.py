@@ -221,7 +221,7 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, PersonalizeRound, FedAvg
         sampled = sorted(self.sampled.pop(server_round, ()), key=self._order)
         log(INFO, "aggregate_train: %d of %d replies used", len(used), len(replies))
         counts: dict[str, MetricRecordValues] = {"replies-dropped": len(replies) - len(used)}
-        if not used:
+        if not used and self.privacy is None:  # under DP the noise is released all the same
             return None, MetricRecord(counts)
         # Sums in a fixed order: replies arrive in any order, and float addition is not
         # associative, so the same run would otherwise differ in the last bits from run to run.
@@ -262,6 +262,8 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, PersonalizeRound, FedAvg
             log(WARNING, why, server_round, problem)
             self.dropped.append(f"round {server_round}: the aggregate: {problem}")
             return None, MetricRecord(counts)
+        if not used:  # DP's release of the noise alone: counted, and no reply's metrics
+            return arrays, MetricRecord(counts)
         replied = [next(iter(m.content.metric_records.values())) for m in used]
         metrics = [  # numbers, as the contract checked (`metrics_problem`)
             {k: v for k, v in r.items() if k in self.metric_keys and isinstance(v, int | float)}

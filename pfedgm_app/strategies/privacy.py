@@ -14,6 +14,11 @@ well-formed step per sampled node: the node's shared float arrays, or the arrays
 step) where its reply was dropped or never came. Every sampled node then weighs 1/m of the
 step, whatever it claims, which is what the sensitivity C/m needs.
 
+Which arrays a round releases is fixed before round 1 (`shared`: the arrays the method's
+clients send), never read from the replies: a round in which every reply failed still
+releases the noise alone and counts. Skipping it would leave the model unchanged exactly
+when no client trained, an event that depends on the clients' data and that no noise covers.
+
 The accountant (Flower's `RdpAccountant`) counts each round as one Gaussian release of
 sensitivity C with the multiplier z, without amplification by sampling (Flower's accounting
 model for its fixed-clipping wrappers): a run's epsilon holds whichever clients were sampled.
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +69,8 @@ class ClientLevelDP:
     sample_size : m, the nodes sampled each round (adaptive clipping's count noise).
     quantile : 0: fixed clipping; gamma in (0, 1): C moves toward the gamma-quantile of the
         steps' norms (`adapt`, Andrew et al. 2021).
+    shared : the keys of the arrays the clients send (the method's `sends`), released each
+        round; None: every float array sent.
     """
 
     def __init__(
@@ -74,11 +81,13 @@ class ClientLevelDP:
         population: int,
         sample_size: int,
         quantile: float = 0.0,
+        shared: Collection[str] | None = None,
     ) -> None:
         if noise_multiplier <= 0 or clipping_norm <= 0:
             raise ValueError("DP needs a noise multiplier and a clipping norm above 0")
         self.noise_multiplier, self.delta, self.population = noise_multiplier, delta, population
         self.quantile = quantile
+        self.shared = None if shared is None else frozenset(shared)
         self.norms: dict[int, float] = {}  # node -> its step's length, in the last round
         self.accountant = accountant(delta, population)
         # Adaptive clipping spends part of z on the count of unclipped steps (std sigma_b:
@@ -112,12 +121,12 @@ class ClientLevelDP:
         steps: Mapping[int, Mapping[str, np.ndarray]],
         sent: Mapping[str, np.ndarray],
     ) -> dict[str, np.ndarray] | None:
-        """The private mean of the shared arrays: `steps` (node -> the arrays it sent, checked)
-        for the `sampled` nodes, the arrays `sent` for a node without one. Shared: the float
-        arrays some reply holds; the others keep `sent`'s value (no step leaves a client).
-        None where nothing is released (no sampled node, no shared array)."""
+        """The private mean of the shared float arrays (`shared`): `steps` (node -> the arrays
+        it sent, checked) for the `sampled` nodes, the arrays `sent` for a node without one,
+        so with no step at all the noise alone; the other arrays keep `sent`'s value. None
+        where nothing is released (no sampled node, no shared array)."""
         keys = [k for k in sent if np.issubdtype(sent[k].dtype, np.floating)]
-        keys = [k for k in keys if any(k in s for s in steps.values())]
+        keys = [k for k in keys if self.shared is None or k in self.shared]
         if not keys or not sampled:
             return None
         base = {k: np.asarray(sent[k]) for k in keys}

@@ -95,14 +95,16 @@ class SuspectNaming:
         """A DP round's counts for `rounds.jsonl` (epsilon spent so far, C, the steps
         clipped) and its shares of the step: each reply's step length clipped to C, over
         their sum. A reply longer than C is clipped, not suspect: under DP that is routine."""
+        counts = {"dp-epsilon": privacy.spent().epsilon, "dp-clipping-norm": clip}
+        if not used:  # the noise alone was released
+            return counts
         nodes = [m.metadata.src_node_id for m in used]
         lengths = [min(privacy.norms.get(n, 0.0), clip) for n in nodes]
         total = sum(lengths)
         shares = [x / total if total > 0 else 1 / len(nodes) for x in lengths]
         clipped = [i for i, n in enumerate(nodes) if privacy.norms.get(n, 0.0) > clip]
         self.record_influence(server_round, used, Influence(clipped=clipped, shares=shares))
-        return {"dp-epsilon": privacy.spent().epsilon, "dp-clipping-norm": clip,
-                "updates-clipped": len(clipped), "update-share-max": max(shares)}  # fmt: skip
+        return {**counts, "updates-clipped": len(clipped), "update-share-max": max(shares)}
 
     def name_suspects(
         self: _Host,
