@@ -178,6 +178,10 @@ pfedgm run --run-config "preset='cifar10-dir05' dp-epsilon=8 num-server-rounds=5
   is central DP: the ServerApp still sees each reply in the clear, so it must be trusted;
   what the DP protects against is everyone who sees the models after it (other clients,
   whoever gets a checkpoint or the final model).
+- **Every sampled round releases.** The arrays released are the method's shared ones, fixed
+  before round 1; a client whose training failed adds a zero step, and a round in which
+  every reply failed releases the noise alone and counts it. A model left as it was would
+  tell that no client trained, an event of the clients' data that no noise covers.
 - **The count.** Flower's `RdpAccountant` (install `pip install -e ".[dp]"`), each round one
   Gaussian release of sensitivity C, without amplification by sampling (Flower's model for
   its fixed-clipping wrappers): the epsilon holds whichever clients were sampled, and is
