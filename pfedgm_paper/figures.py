@@ -88,10 +88,14 @@ def privacy_lines(cells: dict, table: Table, column: str, path: Path) -> Path | 
     """Personalized accuracy against epsilon, one line per method (the `privacy` table: rows
     labelled `<method>, epsilon <e>, ...` and `<method>, no DP`, the latter drawn at the right
     as "no DP"); error bars the std across clients. Lines follow labels, not runs: FedAvg's
-    rows read FedAvgFT's runs."""
+    rows read FedAvgFT's runs. Local (nothing released) is a dashed line across."""
     by_method: dict[str, list[tuple[float, float, float]]] = {}
+    floor = None  # Local's accuracy: nothing released, drawn across as a line
     for row in table.rows:
         if (cell := cells.get((row.name, column))) is None:
+            continue
+        if row.keys.get("method") == "local":
+            floor = (row.label, cell.mean)
             continue
         epsilon = float(row.keys.get("dp-epsilon", 0.0)) or float("inf")
         method = row.label.split(", ")[0]
@@ -106,6 +110,8 @@ def privacy_lines(cells: dict, table: Table, column: str, path: Path) -> Path | 
         xs = [right if e == float("inf") else e for e, _, _ in points]
         ax.errorbar(xs, [m for _, m, _ in points], yerr=[s for _, _, s in points],
                     marker="o", capsize=2, label=method)  # fmt: skip
+    if floor is not None:
+        ax.axhline(floor[1], color="gray", linestyle="--", label=floor[0])
     ax.set_xscale("log")
     ax.set_xticks([*finite, right], [f"{e:g}" for e in finite] + ["no DP"])
     ax.set(xlabel="epsilon (delta 1e-5)", ylabel="personalized accuracy (%)", title=table.caption)

@@ -199,6 +199,12 @@ def _epsilon_rows(method: str, clip: str) -> tuple[Row, ...]:
     ))  # fmt: skip
 
 
-PRIVACY = tuple(
-    row for m in PRIVATE_METHODS if m in DP_CLIPS for row in _epsilon_rows(m, DP_CLIPS[m])
+# Local beside them: nothing leaves a device, so nothing is released (epsilon 0), the floor a
+# private federation has to beat to be worth its noise.
+LOCAL_ROW = Row(
+    "local", f"{METHODS['local'].label}, nothing released", "local", {"method": "local"}
+)
+PRIVACY = (
+    *(row for m in PRIVATE_METHODS if m in DP_CLIPS for row in _epsilon_rows(m, DP_CLIPS[m])),
+    LOCAL_ROW,
 )
