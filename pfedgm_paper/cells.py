@@ -31,9 +31,10 @@ class Cell:
     per_client: PerClient = field(repr=False)
     differences: list[str] = field(default_factory=list)  # from the paper's protocol
     source: Path | None = None  # the `--beside` folder it was read from; None: the first
-    # Rounds in which every reply failed, so the global model stood still (a DP run's noise
-    # can leave a model no client trains from), summed over seeds; and a DP run's epsilon
-    # spent, the seeds' mean (less than its target where rounds released nothing).
+    # Rounds in which every reply failed, so no client's step entered the model (a DP run's
+    # noise can leave a model no client trains from), summed over seeds; and a DP run's
+    # epsilon spent, the seeds' mean (below its target where rounds released nothing, as
+    # before every round released).
     idle_rounds: int = 0
     epsilon: float | None = None
 
@@ -144,7 +145,7 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
 
 
 def idle_rounds(run: RunFolder) -> list[int]:
-    """The training rounds of `run` in which replies came and every one failed: no update."""
+    """The training rounds of `run` in which replies came and every one failed."""
     return [
         r["round"]
         for r in run.read_rounds()

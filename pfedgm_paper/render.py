@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .cells import Cell, Results, curve, read_cell
 from .grid import TABLES
+from .marks import BESIDE, IDLE, OTHER_PROTOCOL, beside_line, idle_lines, protocol_lines
 from .paired import paired_gap, per_seed
 from .published import PUBLISHED
 from .rows import Row, Table
@@ -71,49 +72,6 @@ def cell_text(table: Table, cells: dict, row: Row, column: str, best: bool) -> s
             f" ({_std(paper[1])})" if paper[1] is not None else ""
         )
     return text
-
-
-OTHER_PROTOCOL = " †"  # the cell's runs depart from the paper's protocol (`protocol_lines`)
-BESIDE = " ‡"  # the cell was read from a `--beside` folder (`beside_line`)
-IDLE = " §"  # in some rounds every reply failed: the model stood still (`idle_lines`)
-
-
-def idle_lines(table: Table, cells: dict[tuple[str, str], Cell]) -> list[str]:
-    """One line per cell whose runs had rounds in which every reply failed: how many, and a
-    DP run's epsilon spent (below its target where rounds released nothing)."""
-    lines = []
-    for row in table.rows:
-        for (name, column), cell in cells.items():
-            if name != row.name or not cell.idle_rounds:
-                continue
-            spent = f", epsilon {cell.epsilon:.2f} spent" if cell.epsilon is not None else ""
-            lines.append(
-                f"{IDLE.strip()} {row.label}, {column}: every reply failed in {cell.idle_rounds} "
-                f"of {cell.rounds * len(cell.seeds)} rounds, the model standing still{spent}."
-            )
-    return lines
-
-
-def beside_line(cells: dict[tuple[str, str], Cell]) -> list[str]:
-    """Which `--beside` folders the marked cells come from; [] when every cell is --out's."""
-    found = sorted({str(cell.source) for cell in cells.values() if cell.source})
-    return [f"{BESIDE.strip()} read from {', '.join(found)} (`--beside`)."] if found else []
-
-
-def protocol_lines(cells: dict[tuple[str, str], Cell], columns: tuple[str, ...]) -> list[str]:
-    """One line per column whose cells' runs depart from the paper's protocol, saying how:
-    their figures are not the paper's experiment, and none of them is set in bold."""
-    lines = []
-    for column in columns:
-        found = []
-        for (_, col), cell in cells.items():
-            found += [d for d in cell.differences if col == column and d not in found]
-        if found:
-            lines.append(
-                f"{OTHER_PROTOCOL.strip()} {column}: another protocol than the "
-                f"paper's: {', '.join(found)}."
-            )
-    return lines
 
 
 def _std(value: float) -> str:

@@ -197,6 +197,25 @@ def test_a_cell_of_another_protocol_is_marked_and_never_bold(tmp_path):
     assert "†" not in render.markdown(tmp_path, TABLES["standard"])
 
 
+def test_a_cell_whose_rounds_had_every_reply_fail_is_marked_with_the_epsilon_spent(tmp_path):
+    """Rounds with replies and none used (the model without a client's step): the cell gets
+    § and a line with their count and a DP run's epsilon spent; a round of Phase 2 alone (no
+    reply counted) and a run that used its replies get none."""
+    row = TABLES["privacy-clip"].rows[0]
+    folder = _fake_run(tmp_path, "cifar10-dir05", row.run, 0, [0.3, 0.2], rounds=3)
+    folder.write_rounds([{"round": 1, "num-clients": 30, "replies-dropped": 0},
+                         {"round": 2, "replies-dropped": 30}, {"round": 3, "replies-dropped": 30},
+                         {"round": 4, "personalized-accuracy": 30.0}])  # fmt: skip
+    folder.write_summary({**folder.read_summary(), "privacy": {"epsilon": 1.5}})
+    text = render.markdown(tmp_path, TABLES["privacy-clip"])
+    marked = next(line for line in text.splitlines() if line.startswith(f"| {row.label} |"))
+    assert "§" in marked
+    assert f"§ {row.label}, cifar10-dir05: every reply failed in 2 of 3 rounds" in text
+    assert "epsilon 1.50 spent" in text
+    folder.write_rounds([{"round": r, "num-clients": 30, "replies-dropped": 1} for r in (1, 2, 3)])
+    assert "§" not in render.markdown(tmp_path, TABLES["privacy-clip"])
+
+
 def test_runtime_is_minutes_and_a_rounds_ratio_to_fedavgs(tmp_path):
     _fake_run(tmp_path, "cifar10-dir05", "fedavg", 0, [0.5], minutes=2.0, per_round=8.0)
     _fake_run(tmp_path, "cifar10-dir05", "pfedgm", 0, [0.5], minutes=3.0, per_round=10.0)

@@ -1,0 +1,50 @@
+"""The marks a rendered cell may carry, each explained in a line under its table: another
+protocol than the paper's (†), read from a `--beside` folder (‡), rounds in which every
+reply failed (§)."""
+
+from __future__ import annotations
+
+from .cells import Cell
+from .rows import Table
+
+OTHER_PROTOCOL = " †"  # the cell's runs depart from the paper's protocol (`protocol_lines`)
+BESIDE = " ‡"  # the cell was read from a `--beside` folder (`beside_line`)
+IDLE = " §"  # in some rounds every reply failed: no client trained (`idle_lines`)
+
+
+def idle_lines(table: Table, cells: dict[tuple[str, str], Cell]) -> list[str]:
+    """One line per cell whose runs had rounds in which every reply failed: how many, and a
+    DP run's epsilon spent (below its target where rounds released nothing)."""
+    lines = []
+    for row in table.rows:
+        for (name, column), cell in cells.items():
+            if name != row.name or not cell.idle_rounds:
+                continue
+            spent = f", epsilon {cell.epsilon:.2f} spent" if cell.epsilon is not None else ""
+            lines.append(
+                f"{IDLE.strip()} {row.label}, {column}: every reply failed in {cell.idle_rounds} "
+                f"of {cell.rounds * len(cell.seeds)} rounds, no client's step in the model{spent}."
+            )
+    return lines
+
+
+def beside_line(cells: dict[tuple[str, str], Cell]) -> list[str]:
+    """Which `--beside` folders the marked cells come from; [] when every cell is --out's."""
+    found = sorted({str(cell.source) for cell in cells.values() if cell.source})
+    return [f"{BESIDE.strip()} read from {', '.join(found)} (`--beside`)."] if found else []
+
+
+def protocol_lines(cells: dict[tuple[str, str], Cell], columns: tuple[str, ...]) -> list[str]:
+    """One line per column whose cells' runs depart from the paper's protocol, saying how:
+    their figures are not the paper's experiment, and none of them is set in bold."""
+    lines = []
+    for column in columns:
+        found = []
+        for (_, col), cell in cells.items():
+            found += [d for d in cell.differences if col == column and d not in found]
+        if found:
+            lines.append(
+                f"{OTHER_PROTOCOL.strip()} {column}: another protocol than the "
+                f"paper's: {', '.join(found)}."
+            )
+    return lines
