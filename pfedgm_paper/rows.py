@@ -32,14 +32,25 @@ class Table:
     kind: str = "accuracy"  # "accuracy", "runtime" (minutes), "curve" (accuracy per round)
 
 
-def method_row(method: str) -> Row:
-    """A registered method's row, named as the paper's tables name it (`Method.label`)."""
-    return Row(method, METHODS[method].label, method, {"method": method})
+# FedAvg trains as FedAvgFT does, step for step (the same rounds, the same replies), and a
+# FedAvgFT run records that global model's accuracy before its fine-tuning (`acc-global`;
+# tests/test_methods.py): a FedAvg row of final accuracies reads it, as the adaptation table
+# reads NA and FA, and runs nothing of its own. Curves and wall times need FedAvg's own run.
+RUNS_AS = {"fedavg": ("fedavgft", "acc-global")}
 
 
-def method_rows(*methods: str) -> tuple[Row, ...]:
+def method_row(method: str, own_run: bool = False) -> Row:
+    """A registered method's row, named as the paper's tables name it (`Method.label`): the
+    run it reads (`RUNS_AS`, or its own with `own_run`)."""
+    runner, metric = (method, "accuracy")
+    if not own_run:
+        runner, metric = RUNS_AS.get(method, (method, "accuracy"))
+    return Row(method, METHODS[method].label, runner, {"method": runner}, metric)
+
+
+def method_rows(*methods: str, own_run: bool = False) -> tuple[Row, ...]:
     """The rows of registered methods, in the order given."""
-    return tuple(method_row(m) for m in methods)
+    return tuple(method_row(m, own_run) for m in methods)
 
 
 def variant(name: str, label: str, **keys: Any) -> Row:

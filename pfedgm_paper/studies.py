@@ -9,7 +9,7 @@ from pfedgm_app.methods import METHODS
 from pfedgm_app.runconfig.common import AGGREGATIONS
 from pfedgm_app.strategies.robust import FLOWER_ROBUST  # f: byzantine-nodes, default 1
 
-from .rows import Row, variant
+from .rows import RUNS_AS, Row, variant
 
 # Phase 1's open readings (RESULTS.md), ranked on validation accuracy: each run holds out 10 %
 # of every client's training data (`validation-fraction`) and reports accuracy on it, never
@@ -156,10 +156,6 @@ CLIPS = {
     "median": {"dp-clip": 1.0, "dp-clip-quantile": 0.5},
     "0.001": {"dp-clip": 0.001},
 }
-# FedAvg trains as FedAvgFT does, step for step (the same rounds, the same replies), and a
-# FedAvgFT run records that global model's accuracy before its fine-tuning (`acc-global`):
-# FedAvg's rows read it, as the adaptation table reads NA and FA, and run nothing of their own.
-RUNS_AS = {"fedavg": ("fedavgft", "acc-global")}
 
 
 def _private_row(method: str, name: str, label: str, keys: dict) -> Row:

@@ -167,7 +167,7 @@ def test_fedavgft_fine_tunes_before_evaluating():
 
 
 def test_fedavgft_trains_as_fedavg_and_its_acc_global_is_fedavgs_accuracy():
-    """The privacy tables read FedAvg's rows from FedAvgFT's runs (`pfedgm_paper.studies.RUNS_AS`):
+    """The privacy tables read FedAvg's rows from FedAvgFT's runs (`pfedgm_paper.rows.RUNS_AS`):
     the same replies from the same model and data, and FedAvg's accuracy before the fine-tuning."""
     replies, results = {}, {}
     for name in ("fedavg", "fedavgft"):

@@ -41,8 +41,12 @@ def test_rows_reading_one_run_share_it_across_tables():
     alone = runs(["standard"], [0])
     shared = runs(["standard", "adaptation", "runtime"], [0])
     extra = {(r.column, r.name) for r in shared} - {(r.column, r.name) for r in alone}
-    # adaptation adds the corruption columns' pFedGM runs only; runtime adds nothing
-    assert extra == {(c, "pfedgm") for c in grid.CORRUPTION}
+    # adaptation adds the corruption columns' pFedGM runs; runtime only FedAvg's own runs
+    # (its wall time: the standard table's FedAvg reads FedAvgFT's runs, `rows.RUNS_AS`)
+    assert extra == {(c, "pfedgm") for c in grid.CORRUPTION} | {
+        (c, "fedavg") for c in TABLES["runtime"].columns
+    }
+    assert "fedavg" not in {r.name for r in alone}
     assert len(shared) == len({(r.column, r.name, r.seed) for r in shared})
 
 
@@ -139,41 +143,41 @@ def test_a_version_1_run_rewritten_renders_as_its_version_2_twin(tmp_path):
 
 def test_rendered_table_bolds_the_best_shows_the_paper_and_pairs_clients(tmp_path):
     _fake_run(tmp_path, "cifar10-dir05", "pfedgm", 0, [0.8, 0.6, 0.9])
-    _fake_run(tmp_path, "cifar10-dir05", "fedavg", 0, [0.5, 0.7, 0.4])
+    _fake_run(tmp_path, "cifar10-dir05", "fedavgft", 0, [0.5, 0.7, 0.4])
     table = TABLES["standard"]
     text = render.markdown(tmp_path, table)
     pfedgm = next(line for line in text.splitlines() if line.startswith("| pFedGM |"))
-    fedavg = next(line for line in text.splitlines() if line.startswith("| FedAvg |"))
+    fedavg = next(line for line in text.splitlines() if line.startswith("| FedAvgFT |"))
     mean = (80 * 10 + 60 * 11 + 90 * 12) / 33
     assert f"**{mean:.2f} (" in pfedgm and "**" not in fedavg
     assert f"paper {PUBLISHED['standard']['pfedgm']['cifar10-dir05'][0]:.2f}" in pfedgm
-    # pFedGM - FedAvg per client: +30, -10, +50 with weights 10, 11, 12
+    # pFedGM - FedAvgFT per client: +30, -10, +50 with weights 10, 11, 12
     gap = (30 * 10 - 10 * 11 + 50 * 12) / 33
     se = math.sqrt(sum((w * (d - gap)) ** 2 for d, w in ((30, 10), (-10, 11), (50, 12)))) / 33
-    paired = [line for line in text.splitlines() if line.startswith("| FedAvg |")][-1]
+    paired = [line for line in text.splitlines() if line.startswith("| FedAvgFT |")][-1]
     assert f"{gap:+.2f} (se {se:.2f}, 2 up / 1 down)" in paired
     rows = list(csv.DictReader(render.csv_text(tmp_path, table).splitlines()))
-    fedavg_row = next(r for r in rows if r["row"] == "fedavg" and r["column"] == "cifar10-dir05")
+    fedavg_row = next(r for r in rows if r["row"] == "fedavgft" and r["column"] == "cifar10-dir05")
     assert float(fedavg_row["gap_vs_ours"]) == pytest.approx(gap)
     assert (fedavg_row["wins"], fedavg_row["losses"]) == ("2", "1")
 
 
 def test_render_beside_reads_a_run_from_out_first_and_the_rest_from_beside(tmp_path, capsys):
     """A rerun of pFedGM alone (`--out`) tabled beside the baselines of an earlier grid
-    (`--beside`): pFedGM's cell and pairs from the rerun, FedAvg's from the earlier folder."""
+    (`--beside`): pFedGM's cell and pairs from the rerun, FedAvgFT's from the earlier folder."""
     rerun, earlier = tmp_path / "rerun", tmp_path / "earlier"
     _fake_run(rerun, "cifar10-dir05", "pfedgm", 0, [0.9, 0.9, 0.9])
     _fake_run(earlier, "cifar10-dir05", "pfedgm", 0, [0.1, 0.1, 0.1])
-    _fake_run(earlier, "cifar10-dir05", "fedavg", 0, [0.5, 0.5, 0.5])
+    _fake_run(earlier, "cifar10-dir05", "fedavgft", 0, [0.5, 0.5, 0.5])
     to = tmp_path / "to"
     argv = ["render", "--out", str(rerun), "--beside", str(earlier), "--to", str(to)]
     assert cli.main([*argv, "--tables", "standard"]) == 0
     text = (to / "standard.md").read_text()
-    assert "| pFedGM | **90.00 (0.0)**<br>" in text and "| FedAvg | 50.00 (0.0) ‡<br>" in text
+    assert "| pFedGM | **90.00 (0.0)**<br>" in text and "| FedAvgFT | 50.00 (0.0) ‡<br>" in text
     assert f"‡ read from {earlier} (`--beside`)." in text.splitlines()
     assert "+40.00 (se 0.00, 3 up / 0 down)" in text
     alone = render.markdown(earlier, TABLES["standard"])  # one folder: nothing marked
-    assert "| FedAvg | **50.00 (0.0)**<br>" in alone and "‡" not in alone
+    assert "| FedAvgFT | **50.00 (0.0)**<br>" in alone and "‡" not in alone
     missing = tmp_path / "missing"
     assert cli.main([*argv[:3], "--beside", str(missing), "--tables", "standard"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
@@ -282,7 +286,7 @@ TINY = ["--offline", "--clients", "4", "--rounds", "1", "--set", "pool-size=1000
 @pytest.mark.slow
 def test_a_tiny_grid_runs_renders_and_skips_what_is_done(cifar10, tmp_path):
     todo = runs(["standard"], [0, 1], ["cifar10-dir05"])
-    todo = [r for r in todo if r.name in ("pfedgm", "fedavg")]
+    todo = [r for r in todo if r.name in ("pfedgm", "fedavgft")]  # FedAvg's row: fedavgft's
     keys = {"pool-size": 1000, "local-epochs": 1, "client-threads": 1}
     engine = Engine("inprocess", app_dir=ROOT)
     assert run_grid(todo, tmp_path, 1, engine, offline=True, extra=keys, clients=4) == []
@@ -292,12 +296,13 @@ def test_a_tiny_grid_runs_renders_and_skips_what_is_done(cifar10, tmp_path):
     assert run_grid(todo, tmp_path, 1, engine, offline=True, extra=keys, clients=4) == []
     assert stamps == {r: folder.summary.stat().st_mtime_ns for r, folder in folders.items()}
     rows = list(csv.DictReader(render.csv_text(tmp_path, TABLES["standard"]).splitlines()))
-    for method in ("pfedgm", "fedavg"):
-        row = next(r for r in rows if r["row"] == method and r["column"] == "cifar10-dir05")
-        expected = (
-            summaries[method, 0]["mean-accuracy"] + summaries[method, 1]["mean-accuracy"]
-        ) / 2
-        assert float(row["mean"]) == pytest.approx(expected, abs=1e-3)
+    for name, run, metric in (("pfedgm", "pfedgm", None), ("fedavgft", "fedavgft", None),
+                              ("fedavg", "fedavgft", "acc-global")):  # fmt: skip
+        row = next(r for r in rows if r["row"] == name and r["column"] == "cifar10-dir05")
+        means = [summaries[run, seed]["mean-accuracy"] for seed in (0, 1)]
+        if metric:
+            means = [summaries[run, seed]["ablation-mean-accuracy"][metric] for seed in (0, 1)]
+        assert float(row["mean"]) == pytest.approx(sum(means) / 2, abs=1e-3)
         assert row["seeds"] == "0 1" and row["rounds"] == "1"
 
 
@@ -309,7 +314,8 @@ def test_the_console_script_runs_a_cell_through_flwr(cifar10, flower_env, tmp_pa
             "cifar10-dir05", "--methods", "fedavg", *TINY]  # fmt: skip
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert RunFolder(tmp_path / "cifar10-dir05/fedavg/seed0").read_summary()["rounds"] == 1
+    # FedAvg's cell is FedAvgFT's run (`rows.RUNS_AS`): asking for FedAvg runs it
+    assert RunFolder(tmp_path / "cifar10-dir05/fedavgft/seed0").read_summary()["rounds"] == 1
     assert "1/1 runs done" in done.stdout
 
 
