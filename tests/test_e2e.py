@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_cli.flwr_calls import offline_env
 from pfedgm_cli.flwr_cli import run_app
 from pfedgm_cli.superlink import stop_local_superlink
+from pfedgm_engine.inprocess import run_inprocess
 
 pytestmark = pytest.mark.e2e
 
@@ -53,14 +55,20 @@ def _check_outputs(run, method, num_clients, rounds):
 
 
 def test_learning_pfedgm_beats_fedavg_on_cifar10_dir01(flower_env, tmp_path, cifar10):
-    """pFedGM's personalized accuracy is far above chance (10%) and above FedAvg's, Dir(0.1)."""
+    """pFedGM's personalized accuracy is far above chance (10%) and above FedAvg's, Dir(0.1).
+    pFedGM through `flwr run`; FedAvg, the yardstick, in process meanwhile (the same results
+    as through the engine: test_inprocess), while the engine's run starts up."""
     cfg = {"num-server-rounds": 3, "local-epochs": 2, "fraction-train": 0.5,
            "dirichlet-alpha": 0.1, "pool-size": 10_000, "gradient-diagnostics": True}  # fmt: skip
-    results = {}
-    for method in ("pfedgm", "fedavg"):
-        run = _run(flower_env, tmp_path / method, cifar10, 10, method=method, **cfg)
-        results[method] = _check_outputs(run, method, 10, 3)
-    gm, avg = results["pfedgm"], results["fedavg"]
+    with ThreadPoolExecutor(1) as engine:
+        submitted = engine.submit(
+            _run, flower_env, tmp_path / "pfedgm", cifar10, 10, method="pfedgm", **cfg
+        )
+        avg, _ = run_inprocess(
+            {**cfg, "method": "fedavg", "dataset": str(cifar10),
+             "output-dir": str(tmp_path / "fedavg"), "client-threads": 1}, 10
+        )  # fmt: skip
+        gm = _check_outputs(submitted.result(), "pfedgm", 10, 3)
     folder = RunFolder(Path(gm["output-dir"]))
     for row in folder.read_rounds():  # Phase 1's diagnostics, averaged over the round's clients
         assert all(math.isfinite(row[k]) for k in diagnostics.KEYS), row
