@@ -46,10 +46,18 @@ PROTOCOL = (
     ("pool-size", 0, "images pooled"),
 )
 
+# The local copies holding fewer images than the paper's data (../shared/data/README.md;
+# tests/test_paper_grid.py counts them): a run on one is another experiment, marked as such.
+SUBSETS = {
+    "shared:emnist": "EMNIST's 116,323 images (paper 814,255)",
+    "shared:tinyimagenet": "20,000 TinyImageNet training images (paper 100,000)",
+}
+
 
 def protocol_differences(config: dict, column: str) -> list[str]:
     """How the run of `config` (its config.json) departs from the paper's protocol for the
-    preset `column`: clients, rounds, local epochs, pool size; [] when it does not."""
+    preset `column`: clients, rounds, local epochs, pool size, a subset of the paper's data;
+    [] when it does not."""
     from pfedgm_app.runconfig.presets import PRESETS
 
     found = []
@@ -62,6 +70,8 @@ def protocol_differences(config: dict, column: str) -> list[str]:
         if value != paper:
             shown = "all" if paper == 0 else paper
             found.append(f"{value:,} {words} (paper {shown})")
+    if subset := SUBSETS.get(config.get("dataset", "")):
+        found.append(subset)
     return found
 
 

@@ -220,6 +220,30 @@ def test_a_cell_whose_rounds_had_every_reply_fail_is_marked_with_the_epsilon_spe
     assert "§" not in render.markdown(tmp_path, TABLES["privacy-clip"])
 
 
+def test_a_run_on_a_subset_of_the_papers_data_is_marked_with_the_counts_the_data_holds(tmp_path):
+    """The local EMNIST and TinyImageNet copies hold fewer images than the paper's: a cell
+    from one is marked (†, never bold) with the counts, which are the copies' own."""
+    from pfedgm_paper.cells import SUBSETS
+
+    folder = _fake_run(tmp_path, "emnist-dir01", "pfedgm", 0, [0.9, 0.8])
+    folder.write_config({"num-clients": 1000, "num-server-rounds": 200, "dataset": "shared:emnist"})
+    text = render.markdown(tmp_path, TABLES["standard"])
+    pfedgm = next(line for line in text.splitlines() if line.startswith("| pFedGM |"))
+    assert "†" in pfedgm and "**" not in pfedgm
+    assert f"† emnist-dir01: another protocol than the paper's: {SUBSETS['shared:emnist']}." in text
+    pq = pytest.importorskip("pyarrow.parquet")
+    sizes = {}
+    for name in ("emnist", "tinyimagenet"):
+        files = {
+            f: ROOT.parent / "shared" / "data" / name / f"{f}.parquet" for f in ("train", "test")
+        }
+        if not all(path.exists() for path in files.values()):
+            pytest.skip("../shared/data is not here")
+        sizes[name] = {f: pq.read_metadata(path).num_rows for f, path in files.items()}
+    assert f"{sum(sizes['emnist'].values()):,} images" in SUBSETS["shared:emnist"]  # pooled
+    assert SUBSETS["shared:tinyimagenet"].startswith(f"{sizes['tinyimagenet']['train']:,} ")
+
+
 def test_runtime_is_minutes_and_a_rounds_ratio_to_fedavgs(tmp_path):
     _fake_run(tmp_path, "cifar10-dir05", "fedavg", 0, [0.5], minutes=2.0, per_round=8.0)
     _fake_run(tmp_path, "cifar10-dir05", "pfedgm", 0, [0.5], minutes=3.0, per_round=10.0)
