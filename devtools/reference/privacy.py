@@ -217,4 +217,6 @@ pfedgm run --run-config "preset='cifar10-dir05' dp-epsilon=8 num-server-rounds=5
   norms (Andrew et al. 2021), its count noised from the same budget. Flower 1.42's own adaptive
   wrappers are not used: they move C away from the quantile
   ([upstream/adaptive-clipping.md](upstream/adaptive-clipping.md)).
+- **What the noise costs each method**, and how C was chosen per method on validation:
+  [notes/dp-noise-cost.md](notes/dp-noise-cost.md).
 """
