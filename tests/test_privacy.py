@@ -162,6 +162,7 @@ def _parse(**keys) -> None:
         ({"dp_noise": 1.0, "covariance_average": "covariance"}, "covariance-average"),
         ({"dp_noise": 1.0, "dp_clip": 0.0}, "dp-clip"),
         ({"dp_noise": 1.0, "dp_delta": 1.0}, "dp-delta"),
+        ({"dp_epsilon": 4.0, "method": "local"}, "sends nothing"),
     ],
 )
 def test_dp_settings_that_cannot_hold_are_refused_in_one_line(keys, says):

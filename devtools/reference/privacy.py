@@ -207,8 +207,8 @@ pfedgm run --run-config "preset='cifar10-dir05' dp-epsilon=8 num-server-rounds=5
 - **Refused before round 1** (`pfedgm check`): `dp-noise` with `dp-epsilon`, a target that
   would need z above 10^4, an `aggregation` other than `mean` (a robust aggregator's output
   depends on every reply: no sensitivity C / m), `min-nodes` (the population must be fixed),
-  pFedGM's `covariance-average` or `bias-average` readings other than the arrays as sent, and
-  a missing `dp-accounting`.
+  pFedGM's `covariance-average` or `bias-average` readings other than the arrays as sent, a
+  method that sends nothing (`local`: it releases nothing), and a missing `dp-accounting`.
 - **With the robustness bounds**: under DP the clip is the bound. `clip-ratio` and `pull-bound`
   clip against the round's median, which couples every reply to the others and would break
   the sensitivity C / m; DP's fixed C bounds each reply's influence to C / m without

@@ -166,7 +166,11 @@ def parse_run_config(run_config: Mapping[str, Any]) -> tuple[RunConfig, Method, 
     before any data is loaded or any round runs."""
     cfg, settings = method_settings.parse(run_config, _settings())
     noise_multiplier(cfg)  # a target epsilon the rounds cannot reach: refused here
-    return cfg, METHODS[cfg.method], settings
+    method = METHODS[cfg.method]
+    if cfg.private and not method.sends:
+        raise ConfigError(f"method={cfg.method!r} sends nothing, so DP has nothing to release: "
+                          "remove dp-epsilon / dp-noise (the run releases nothing)")  # fmt: skip
+    return cfg, method, settings
 
 
 def noise_multiplier(cfg: RunConfig) -> float:
