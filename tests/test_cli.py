@@ -303,6 +303,7 @@ def test_predict_is_its_own_command(tmp_path):
     assert result.stderr.startswith(f"predict: {tmp_path}: no client-<id>.safetensors in it")
 
 
+@pytest.mark.slow  # subprocesses
 def test_help_and_module_entry_points_name_themselves_and_write_nothing(tmp_path):
     """`pfedgm predict --help` names its command; `python -m pfedgm_cli.commands` is `pfedgm`;
     `examples/make_images.py --help` prints its usage and writes no image; an unknown preset

@@ -103,6 +103,7 @@ def test_a_validation_split_is_carved_from_train_and_the_test_set_is_never_read(
         assert len(data.y_test) == len(val) and len(data.y_train) == len(rest)
 
 
+@pytest.mark.slow  # real CIFAR-10, decoded
 def test_cifar10_protocol_partition(cifar10):
     """Pooled 60k CIFAR-10, Dir(0.1), 100 clients: every client >= 50 train samples, 80/20."""
     clients = client_indices(Protocol(str(cifar10), 100, 0.1, seed=0))

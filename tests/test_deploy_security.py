@@ -131,6 +131,7 @@ FEDPAC_EXTRAS = {"head.weight", "head.bias", wire.PROTOS, wire.CLASS_COUNTS, wir
                  wire.H_REF}  # fmt: skip
 
 
+@pytest.mark.slow  # every method through the ClientApp handlers
 def test_what_leaves_a_device_is_what_docs_privacy_says(every_method_run):
     """Every method through the real ClientApp (`pfedgm_engine.inprocess`, MNIST, two clients,
     two rounds): each reply holds only arrays and numeric metrics; a train reply's arrays are whole

@@ -502,6 +502,7 @@ def test_pfedgm_takes_r_c_on_z_before_dropout_and_h_after(monkeypatch, rc_input)
     assert (dropped["r"] > 0.5) == (rc_input == "after-dropout")
 
 
+@pytest.mark.slow  # every method, 64 px
 def test_every_method_runs_a_round_and_personalizes_on_64px_images():
     """TinyImageNet's shape through every plug-in (z 512-d, dropout in training passes)."""
     from pfedgm_app.methods import METHODS

@@ -97,6 +97,7 @@ def test_a_file_naming_its_rounds_server_round_as_before_loads_them_as_rounds(tm
     assert (meta["rounds"], meta["run-id"], "server-round" in meta) == (3, 7, False)
 
 
+@pytest.mark.slow  # every method through the ClientApp handlers
 def test_every_devices_saved_model_gives_the_accuracy_its_reply_reported(every_method_run, mnist):
     """Every method through the real ClientApp on MNIST (`every_method_run`): each client's
     file, loaded and evaluated on the client's own test split, gives exactly the accuracy its

@@ -187,7 +187,7 @@ def test_the_adaptive_clip_settles_at_the_quantile_of_the_steps_norms():
     steps = {n: {"w": np.array([n + 1.0, 0], np.float32)} for n in range(40)}
     for gamma, settles in ((0.5, 20.0), (0.9, 36.0)):
         dp = _dp(z=0.5, c=1.0, m=40, quantile=gamma)
-        for _ in range(100):
+        for _ in range(60):  # from C = 1, about 30 rounds to get there
             dp.step(list(range(40)), steps, sent)
         assert dp.clipping_norm == pytest.approx(settles, rel=0.2)
 

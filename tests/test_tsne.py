@@ -38,6 +38,7 @@ def _run_folder(folder, cifar10, model=True):
     return folder, Protocol.of(cfg, NUM_CLIENTS)
 
 
+@pytest.mark.slow  # a t-SNE fit
 def test_the_figure_has_a_panel_per_class_and_one_by_class(cifar10, tmp_path):
     run, protocol = _run_folder(tmp_path / "run", cifar10)
     clients, classes = tsne.choose(run)
