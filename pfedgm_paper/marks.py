@@ -1,6 +1,6 @@
-"""The marks a rendered cell may carry, each explained in a line under its table: another
-protocol than the paper's (†), read from a `--beside` folder (‡), rounds in which every
-reply failed (§)."""
+"""The lines under a rendered table that qualify its cells: the marks a cell may carry
+(another protocol than the paper's †, read from a `--beside` folder ‡, rounds in which every
+reply failed §) and the rows read from another row's runs."""
 
 from __future__ import annotations
 
@@ -48,3 +48,14 @@ def protocol_lines(cells: dict[tuple[str, str], Cell], columns: tuple[str, ...])
                 f"paper's: {', '.join(found)}."
             )
     return lines
+
+
+def read_as_lines(table: Table, cells: dict[tuple[str, str], Cell]) -> list[str]:
+    """One line per shown row that reads another metric of another row's runs (FedAvg's final
+    accuracy from FedAvgFT's runs, `rows.RUNS_AS`; the adaptation modes from pFedGM's)."""
+    shown = {name for name, _ in cells}
+    return [
+        f"{row.label}: read from the `{row.run}` runs' `{row.metric}`."
+        for row in table.rows
+        if row.name in shown and row.metric != "accuracy" and row.run != row.name
+    ]

@@ -16,7 +16,15 @@ from pathlib import Path
 
 from .cells import Cell, Results, curve, read_cell
 from .grid import TABLES
-from .marks import BESIDE, IDLE, OTHER_PROTOCOL, beside_line, idle_lines, protocol_lines
+from .marks import (
+    BESIDE,
+    IDLE,
+    OTHER_PROTOCOL,
+    beside_line,
+    idle_lines,
+    protocol_lines,
+    read_as_lines,
+)
 from .paired import paired_gap, per_seed
 from .published import PUBLISHED
 from .rows import Row, Table
@@ -98,7 +106,7 @@ def markdown(out: Results, table: Table) -> str:
             best = (row.name, column) in cells and cells[row.name, column].mean == max(means)
             texts.append(cell_text(table, cells, row, column, best and table.kind != "runtime"))
         lines.append(f"| {row.label} | " + " | ".join(texts) + " |")
-    lines += ["", budget_line(cells, table.kind), *beside_line(cells)]
+    lines += ["", budget_line(cells, table.kind), *beside_line(cells), *read_as_lines(table, cells)]
     if idle := idle_lines(table, cells):
         lines += ["", *idle]
     if differing := protocol_lines(cells, columns):

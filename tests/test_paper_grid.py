@@ -162,6 +162,15 @@ def test_rendered_table_bolds_the_best_shows_the_paper_and_pairs_clients(tmp_pat
     assert (fedavg_row["wins"], fedavg_row["losses"]) == ("2", "1")
 
 
+def test_fedavgs_cell_is_fedavgfts_run_before_its_fine_tuning_and_the_table_says_so(tmp_path):
+    folder = _fake_run(tmp_path, "cifar10-dir05", "fedavgft", 0, [0.8, 0.6])
+    folder.write_clients([{"partition-id": i, "accuracy": a, "acc-global": g, "num-test": 10}
+                          for i, (a, g) in enumerate(((0.8, 0.5), (0.6, 0.3)))])  # fmt: skip
+    text = render.markdown(tmp_path, TABLES["standard"])
+    assert "| FedAvg | 40.00 (10.0)<br>" in text and "| FedAvgFT | **70.00 (10.0)**<br>" in text
+    assert "FedAvg: read from the `fedavgft` runs' `acc-global`." in text.splitlines()
+
+
 def test_render_beside_reads_a_run_from_out_first_and_the_rest_from_beside(tmp_path, capsys):
     """A rerun of pFedGM alone (`--out`) tabled beside the baselines of an earlier grid
     (`--beside`): pFedGM's cell and pairs from the rerun, FedAvgFT's from the earlier folder."""
