@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from .settings import ConfigError, Settings, above, at_least, setting
+from .settings import ConfigError, RunView, Settings, above, at_least, setting
 
 CORRUPTION_ASSIGNMENTS = ("none", "50C", "100C")  # CIFAR-10S / 100S (data.corruption_pair)
 # strategies.robust (flwr-free here): the combinations of a round's updates
@@ -165,7 +165,7 @@ class RunConfig(Settings):
         """Client-level DP is on (`dp-noise` or `dp-epsilon`)."""
         return self.dp_noise > 0 or self.dp_epsilon > 0
 
-    def validate(self, run: RunConfig | None = None) -> None:
+    def validate(self, run: RunView | None = None) -> None:
         super().validate(self)
         if not self.dataset:
             raise ConfigError("dataset is empty; give a hub id or a local path")

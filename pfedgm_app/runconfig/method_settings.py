@@ -24,7 +24,7 @@ from .readings import (
     PROTOTYPE_STEPS,
     RC_INPUTS,
 )
-from .settings import ConfigError, Settings, above, at_least, setting
+from .settings import ConfigError, RunView, Settings, above, at_least, setting
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class FineTune(Settings):
         "FedBABU's authors) or `head` (the generator frozen)")
     # fmt: on
 
-    def validate(self, run: RunConfig) -> None:
+    def validate(self, run: RunView) -> None:
         super().validate(run)
         if self.finetune_part not in ("model", "head"):
             raise ConfigError(
@@ -198,7 +198,7 @@ class PFedGMSettings(Settings):
         "client's round)")
     # fmt: on
 
-    def validate(self, run) -> None:
+    def validate(self, run: RunView) -> None:
         super().validate(run)
         for key, value, choices in (
             ("adaptation", self.adaptation, ADAPTATIONS),

@@ -5,7 +5,7 @@ beside its default (`at_least`, `above`, each with an optional `at_most` or `bel
 for a field without bounds; each with `doc`, the key's meaning in docs/run-config.md), so one
 loop checks every key and names it in the error; every number must also be finite. Upper
 bounds are generous: they keep a typo (an extra zero, `inf`) from starting a run that
-overflows or never ends. The groups: `config.RunConfig` (every method's keys) and each
+overflows or never ends. The groups: `common.RunConfig` (every method's keys) and each
 method's own (`method_settings`).
 """
 
@@ -16,10 +16,14 @@ import math
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import Any, ClassVar, Protocol, Self
 
-if TYPE_CHECKING:
-    from .common import RunConfig
+
+class RunView(Protocol):
+    """What a method's settings check against the run's common settings (`common.RunConfig`)."""
+
+    @property
+    def private(self) -> bool: ...
 
 
 class ConfigError(ValueError):
@@ -113,10 +117,10 @@ class Settings:
         """Keyword arguments of the method's strategy that these settings fix (none here)."""
         return {}
 
-    def validate(self, run: RunConfig) -> None:
+    def validate(self, run: RunView) -> None:
         """Raise ConfigError for a value out of its declared bound; `run` is the run's common
-        settings (`config.RunConfig`), for checks that relate both (e.g. FedRep's generator
-        epochs <= local epochs).
+        settings (`common.RunConfig`), for checks that relate both (e.g. pFedGM's readings
+        under DP).
         """
         for f in fields(self):
             value, key = getattr(self, f.name), self.key(f.name)
