@@ -26,7 +26,7 @@ from pfedgm_cli.flwr_cli import APP_DIR
 
 from . import records
 from .grid import PAPER_ROUNDS, TABLES, runs
-from .rows import RUNS_AS
+from .rows import read_as
 from .runner import ENGINES, Engine, run_grid
 
 
@@ -163,8 +163,8 @@ def _run(args) -> int:
     if not args.out.is_absolute():
         raise ValueError(f"--out {args.out}: give an absolute path (the app runs elsewhere)")
     todo = runs(_names(args.tables), _seeds(args.seeds), _names(args.columns))
-    if methods:  # FedAvg's cells come from FedAvgFT's runs (`RUNS_AS`): asking for one runs it
-        methods += [RUNS_AS[m][0] for m in methods if m in RUNS_AS]
+    if methods:  # FedAvg's cells come from FedAvgFT's runs (`read_as`): asking for one runs it
+        methods += [read_as(m)[0] for m in methods]
         todo = [r for r in todo if r.keys.get("method") in methods]
     if not todo:
         raise ValueError("no run matches these tables, columns and methods")

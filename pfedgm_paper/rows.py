@@ -39,12 +39,15 @@ class Table:
 RUNS_AS = {"fedavg": ("fedavgft", "acc-global")}
 
 
+def read_as(method: str) -> tuple[str, str]:
+    """(the method whose runs give `method`'s final accuracy, the metric read there)."""
+    return RUNS_AS.get(method, (method, "accuracy"))
+
+
 def method_row(method: str, own_run: bool = False) -> Row:
     """A registered method's row, named as the paper's tables name it (`Method.label`): the
-    run it reads (`RUNS_AS`, or its own with `own_run`)."""
-    runner, metric = (method, "accuracy")
-    if not own_run:
-        runner, metric = RUNS_AS.get(method, (method, "accuracy"))
+    run it reads (`read_as`, or its own with `own_run`)."""
+    runner, metric = (method, "accuracy") if own_run else read_as(method)
     return Row(method, METHODS[method].label, runner, {"method": runner}, metric)
 
 

@@ -9,7 +9,7 @@ from pfedgm_app.methods import METHODS
 from pfedgm_app.runconfig.common import AGGREGATIONS
 from pfedgm_app.strategies.robust import FLOWER_ROBUST  # f: byzantine-nodes, default 1
 
-from .rows import RUNS_AS, Row, variant
+from .rows import Row, read_as, variant
 
 # Phase 1's open readings (RESULTS.md), ranked on validation accuracy: each run holds out 10 %
 # of every client's training data (`validation-fraction`) and reports accuracy on it, never
@@ -160,7 +160,7 @@ CLIPS = {
 
 def _private_row(method: str, name: str, label: str, keys: dict) -> Row:
     """`method`'s row `<method>-<name>`: the run of `keys`, FedAvg's in FedAvgFT's run."""
-    runner, metric = RUNS_AS.get(method, (method, "accuracy"))
+    runner, metric = read_as(method)
     return Row(f"{method}-{name}", f"{METHODS[method].label}, {label}", f"{runner}-{name}",
                {"method": runner, **keys}, metric)  # fmt: skip
 

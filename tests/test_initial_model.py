@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from flwr.app import ArrayRecord
 
 from pfedgm_app.methods import get_method, parse_run_config
 from pfedgm_app.records import initial_model
@@ -19,7 +20,7 @@ from pfedgm_app.records.results import RunWriter
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_app.runconfig.common import RunConfig
 from pfedgm_app.runconfig.settings import ConfigError
-from pfedgm_app.server.experiment import initial_arrays
+from pfedgm_app.server.experiment import starting_model
 from pfedgm_engine.inprocess import run_inprocess
 from pfedgm_paper import cli, records
 
@@ -38,7 +39,9 @@ def _stored_run(folder, method="pfedgm", shape=MNIST, classes=10, **keys):
 
 def _arrays(cfg, shape, classes, seed=0):
     method = get_method(cfg.method)
-    return initial_arrays(RunConfig(seed=seed), method.plugin(), shape, classes)
+    return ArrayRecord(
+        starting_model(RunConfig(seed=seed), method.plugin(), shape, classes).state_dict()
+    )
 
 
 def _cfg(**keys) -> RunConfig:

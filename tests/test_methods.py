@@ -524,9 +524,11 @@ def test_every_method_runs_a_round_and_personalizes_on_64px_images():
 def test_the_servers_psi0_follows_navigator_std():
     """The global model's mu^0 is drawn at the std `navigator-std` names (d = 128 here):
     ||mu_k|| near std * sqrt(d)."""
-    from pfedgm_app.server.experiment import initial_arrays
+    from pfedgm_app.server.experiment import starting_model
 
     for std in (1.0, 128**-0.5):
-        arrays = initial_arrays(RunConfig(), plugin("pfedgm", **{"navigator-std": std}), SHAPE, K)
+        arrays = starting_model(
+            RunConfig(), plugin("pfedgm", **{"navigator-std": std}), SHAPE, K
+        ).state_dict()
         norm = torch.from_numpy(arrays["head.mu"].numpy()).norm(dim=1).mean().item()
         assert abs(norm / (std * 128**0.5) - 1) < 0.1, std

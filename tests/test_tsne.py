@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from flwr.app import ArrayRecord
 from matplotlib.image import imread
 
 from pfedgm_app.data import Protocol, load_client_data
@@ -17,7 +18,7 @@ from pfedgm_app.records.results import RunWriter
 from pfedgm_app.records.run_folder import RunFolder
 from pfedgm_app.runconfig.common import RunConfig
 from pfedgm_app.runconfig.settings import ConfigError
-from pfedgm_app.server.experiment import initial_arrays
+from pfedgm_app.server.experiment import starting_model
 
 pytest.importorskip("sklearn", reason='the t-SNE figure needs pip install -e ".[paper]"')
 tsne = pytest.importorskip("pfedgm_paper.tsne")
@@ -33,7 +34,7 @@ def _run_folder(folder, cifar10, model=True):
     RunFolder(folder).write_config(config)
     if model:
         plugin = get_method(cfg.method).plugin()
-        arrays = initial_arrays(cfg, plugin, (3, 32, 32), 10)
+        arrays = ArrayRecord(starting_model(cfg, plugin, (3, 32, 32), 10).state_dict())
         RunWriter(folder).save_weights(arrays)
     return folder, Protocol.of(cfg, NUM_CLIENTS)
 

@@ -198,13 +198,6 @@ def starting_model(
     return plugin.build_model(image_shape, num_classes)
 
 
-def initial_arrays(
-    cfg: RunConfig, plugin: ClientPlugin, image_shape: tuple[int, int, int], num_classes: int
-) -> ArrayRecord:
-    """`starting_model`'s arrays."""
-    return ArrayRecord(starting_model(cfg, plugin, image_shape, num_classes).state_dict())
-
-
 def shared_keys(plugin: ClientPlugin, model: Model) -> list[str]:
     """The arrays the method's clients send (its `sends`), known before any reply."""
     kept = set(plugin.kept_keys(model))
