@@ -311,10 +311,46 @@ def test_when_no_round_aggregates_the_run_stops_naming_the_rounds_not_personaliz
         rounds.run(ArrayRecord({"w": Array(np.zeros(1))}), 0, lambda r, a, m: seen.append(m))
     # each round still reached the outputs and checkpoint, with the replies it dropped
     assert [dict(m) for m in seen] == [{"replies-dropped": 2}] * 2
-    # a resumed sitting has a checkpoint to continue from once the clients work: said so
-    with pytest.raises(RuntimeError, match=r"round 2\), so .*resume=true continues"):
-        resumed = Rounds(grid, strategy, last=2, timeout=10)
-        resumed.run(ArrayRecord({"w": Array(np.zeros(1))}), 1, lambda r, a, m: None)
+    # a resumed run has a checkpoint to continue from once the clients work: said so
+    resumed = PersonalizedFedAvg(fraction_train=1.0, min_available_nodes=2)
+    resumed.load_state(strategy.state())
+    with pytest.raises(RuntimeError, match=r"rounds 1-2\), so .*resume=true continues"):
+        Rounds(grid, resumed, last=2, timeout=10).run(
+            ArrayRecord({"w": Array(np.zeros(1))}), 1, lambda r, a, m: None
+        )
+
+
+def test_a_resumed_run_whose_first_rounds_trained_goes_on_to_phase_2_and_keeps_its_record(
+    tmp_path,
+):
+    """The stop rule counts the whole run: after a resume, rounds that all fail do not stop
+    a run whose rounds before the stop trained (never stopped, it would personalize), and its
+    summary's record of problems keeps those before the stop (the checkpoint holds them)."""
+    from pfedgm_app.records import checkpoint
+    from pfedgm_app.server.rounds import Rounds
+
+    strategy = PersonalizedFedAvg(fraction_train=1.0, min_available_nodes=2)
+    w = ArrayRecord({"body": Array(np.zeros(2, np.float32)), "head": Array(np.ones(1))})
+    nodes = {1: (0, 2), 2: (1, 2)}
+    w = Rounds(TrainingGrid(nodes), strategy, last=1, timeout=10).run(w, 0, lambda *a: None)
+    w = Rounds(FailingGrid(nodes), strategy, last=2, timeout=10).run(w, 1, lambda *a: None)
+    strategy.suspects.append("round 2: node 2: moved it too far")  # as `SuspectNaming` would
+    checkpoint.save(tmp_path, 2, w, strategy.state())
+    done, arrays, state = checkpoint.load(tmp_path)
+    resumed = PersonalizedFedAvg(fraction_train=1.0, min_available_nodes=2)
+    resumed.load_state(state)
+    seen = []
+    final = Rounds(FailingGrid(nodes), resumed, last=4, timeout=10).run(
+        arrays, done, lambda r, a, m: seen.append(r)
+    )
+    assert seen == [3, 4] and final["body"].numpy().tolist() == [1, 1]
+    assert set(resumed.rounds_without_update) == {2, 3, 4}
+    assert "no data" in resumed.rounds_without_update[2]
+    before = strategy.dropped  # round 2's replies, dropped before the stop
+    assert (
+        before and resumed.dropped[: len(before)] == before and len(resumed.dropped) > len(before)
+    )
+    assert resumed.suspects == ["round 2: node 2: moved it too far"]
 
 
 def test_under_dp_no_round_aggregating_still_stops_the_run_and_each_round_released_noise(

@@ -81,7 +81,7 @@ def experiment(
     arrays = rounds.run(arrays, done, evaluation.after_round(writer))
     writer.mark("trained")
     writer.save_weights(arrays)
-    writer.training_problems(strategy.dropped, rounds.failed, strategy.suspects)
+    writer.training_problems(strategy.dropped, strategy.rounds_without_update, strategy.suspects)
     writer.largest_share = strategy.largest_share
     if strategy.privacy is not None:
         writer.privacy = strategy.privacy.record(strategy.outside_privacy)

@@ -1,11 +1,10 @@
 """Phase 1's loop below the ServerApp (`Rounds`): the method's training rounds, and the line
-that stops a sitting in which no round could aggregate a reply (`RunStopped`), naming the
-first client's cause (`first_failure`) rather than personalizing a model no client trained.
+that stops a run in which no round could aggregate a reply (`RunStopped`), naming the first
+client's cause (`first_failure`) rather than personalizing a model no client trained.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from logging import INFO, WARNING
@@ -19,7 +18,7 @@ from pfedgm_app.strategies.client_errors import error_cause
 
 
 class RunStopped(RuntimeError):
-    """No training round of a sitting could aggregate a reply: the message says why."""
+    """No training round of a run could aggregate a reply: the message says why."""
 
 
 @dataclass
@@ -34,13 +33,15 @@ class Rounds:
     last: int  # num-server-rounds
     timeout: float  # round-timeout
     refresh: Callable[[Grid], None] | None = None  # min-nodes: take in SuperNodes that joined
-    failed: dict[int, str] = dataclasses.field(default_factory=dict)  # round -> why no update
 
     def run(self, arrays: ArrayRecord, done: int, after_round: AfterRound) -> ArrayRecord:
         """Rounds done+1..last from `arrays`; the global arrays after the last. Stops with
-        the reasons when no round of this sitting could aggregate a reply (every client
-        failed), rather than personalize a model no client trained."""
-        failed = self.failed
+        the reasons when no round of the run could aggregate a reply (every client failed),
+        rather than personalize a model no client trained. The rounds without an update are
+        the strategy's (`rounds_without_update`): a resumed run's checkpoint restores those
+        before the stop, so a run whose first rounds trained goes on to Phase 2 as it would
+        have, never stopped."""
+        failed = self.strategy.rounds_without_update
         for server_round in range(done + 1, self.last + 1):
             log(INFO, "")
             log(INFO, "[ROUND %d/%d]", server_round, self.last)
@@ -72,10 +73,10 @@ class Rounds:
             if update is not None:
                 arrays = update
             after_round(server_round, arrays, metrics)
-        if failed and len(failed) == self.last - done:
+        if len(failed) == self.last and self.last > done:
             first, last = min(failed), max(failed)
             rounds = f"rounds {first}-{last}" if last > first else f"round {first}"
-            # a sitting that resumed has a checkpoint worth continuing once the clients work
+            # a run that resumed has a checkpoint worth continuing once the clients work
             again = " (resume=true continues from the last checkpoint)" if done else ""
             raise RunStopped(
                 f"no training round aggregated an update ({rounds}), so no model is "

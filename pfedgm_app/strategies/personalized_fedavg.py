@@ -125,6 +125,7 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, PersonalizeRound, FedAvg
         self.sampled: dict[int, set[int]] = {}  # round -> the nodes its messages went to
         self.dropped: list[str] = []  # "round r: node n: why", for the run's summary
         self.suspects: list[str] = []  # "round r: node n: why" (`SuspectNaming`)
+        self.rounds_without_update: dict[int, str] = {}  # round -> why (`server.rounds`)
         self.personalize_message_type = personalize_message_type
         self.node_partitions = node_partitions
         self.train_nodes = None if train_nodes is None else frozenset(train_nodes)
@@ -136,11 +137,15 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, PersonalizeRound, FedAvg
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint needs besides the arrays and rounds to continue as if never
-        stopped: the sampling RNG, the clip's norm history. Subclasses extend it (numpy arrays,
-        picklable values; per-client entries by `node_partitions`: nodes get new ids)."""
+        stopped: the sampling RNG, the clip's norm history, and the run's record of its
+        problems so far (the summary of a resumed run lists those before the stop, and its
+        stop rule counts them). Subclasses extend it (numpy arrays, plain values; per-client
+        entries by `node_partitions`: nodes get new ids)."""
         privacy = {} if self.privacy is None else {"privacy": self.privacy.state()}
         return {"rng": self.rng.getstate(), "norms": dict(self.norms),
-                "largest-share": dict(self.largest_share), **privacy}  # fmt: skip
+                "largest-share": dict(self.largest_share), "dropped": list(self.dropped),
+                "suspects": list(self.suspects),
+                "rounds-without-update": dict(self.rounds_without_update), **privacy}  # fmt: skip
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Continue from `state` (`state()` of a stopped run)."""
@@ -148,6 +153,10 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, PersonalizeRound, FedAvg
         norms = state.get("norms")  # a list in a checkpoint of before the per-key bound
         self.norms = dict(norms) if isinstance(norms, dict) else {}
         self.largest_share = dict(state.get("largest-share", {}))
+        # absent from a checkpoint of before they were kept: what this sitting has so far
+        self.dropped[:] = state.get("dropped", self.dropped)
+        self.suspects[:] = state.get("suspects", self.suspects)
+        self.rounds_without_update.update(state.get("rounds-without-update", {}))
         if self.privacy is not None and "privacy" in state:
             self.privacy.load_state(state["privacy"])
 
