@@ -2,7 +2,8 @@
 beside ours, and the paired differences of the table's own method against each other row.
 
 Cells: `mean (std)` over the seeds found (`cells.read_cell`), the best mean of a column in
-bold, `-` where no run has finished. Runtime: minutes of training and personalization, seconds
+bold, `-` where no run has finished; under the paired differences, our order of the methods
+against the paper's (`order`). Runtime: minutes of training and personalization, seconds
 a round of Phase 1, and that over FedAvg's in the same column (the paper's minutes are for 200
 rounds on its machine: the ratios compare, the minutes do not; a round's ratio, not the whole
 run's, so that runs of fewer rounds, whose Phase 2 weighs more, compare too).
@@ -25,6 +26,7 @@ from .marks import (
     protocol_lines,
     read_as_lines,
 )
+from .order import order_lines
 from .paired import paired_gap, per_seed
 from .published import PUBLISHED
 from .rows import Row, Table
@@ -113,6 +115,8 @@ def markdown(out: Results, table: Table) -> str:
         lines += ["", *differing]
     if table.kind != "runtime":
         lines += ["", *paired_lines(table, cells, columns)]
+        if order := order_lines(table, cells, columns):
+            lines += ["", *order]
         for column in columns:
             lines += round_lines(out, table, column)
     return "\n".join(lines) + "\n"
