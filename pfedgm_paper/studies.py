@@ -182,7 +182,7 @@ PRIVACY_CLIP = tuple(
 # method joins the epsilon table once its row of the study is complete, each run at a commit
 # where a round whose every reply failed still releases its noise (earlier runs left the
 # model as it was, which showed that event: they run again).
-DP_CLIPS = {"pfedgm": "0.01", "pfedfda": "median"}
+DP_CLIPS = {"pfedgm": "0.01", "pfedfda": "median", "fedpac": "0.01"}
 
 
 def _epsilon_rows(method: str, clip: str) -> tuple[Row, ...]:
