@@ -37,6 +37,7 @@ class Cell:
     # before every round released).
     idle_rounds: int = 0
     epsilon: float | None = None
+    seed_means: dict[int, float] = field(default_factory=dict)  # each seed's mean: their spread
 
 
 # What fixes a run's protocol, as config.json records it: (key, the paper's value, words)
@@ -112,7 +113,7 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
     folders = seed_folders(out, column, row.run)
     per_client: PerClient = {}
     means, stds, minutes, per_round, rounds, differences = [], [], [], [], set(), []
-    idle, epsilons = 0, []
+    idle, epsilons, seed_means = 0, [], {}
     for seed, folder in folders.items():
         rows = client_rows(folder, row.metric)
         if not rows:
@@ -126,6 +127,7 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
             differences += [d for d in found if d not in differences]
         mean, std, _ = accuracy_stats([v for v, _ in rows.values()], [w for _, w in rows.values()])
         means.append(mean), stds.append(std)
+        seed_means[seed] = mean
         minutes.append(summary.get("seconds-total", float("nan")) / 60)
         per_round.append(summary.get("seconds-per-round", float("nan")))
         rounds.add(int(summary.get("rounds", 0)) + int(summary.get("rounds-before", 0)))
@@ -142,7 +144,7 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
     return Cell(
         sum(means) / n,
         sum(stds) / n,
-        sorted(folders),
+        sorted(seed_means),
         rounds.pop(),
         sum(minutes) / n,
         sum(per_round) / n,
@@ -151,6 +153,7 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
         _beside(out, next(iter(folders.values())).parents[2]),
         idle,
         sum(epsilons) / len(epsilons) if epsilons else None,
+        seed_means,
     )
 
 

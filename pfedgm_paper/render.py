@@ -77,6 +77,8 @@ def cell_text(table: Table, cells: dict, row: Row, column: str, best: bool) -> s
     text += OTHER_PROTOCOL if cell is not None and cell.differences else ""
     text += BESIDE if cell is not None and cell.source else ""
     text += IDLE if cell is not None and cell.idle_rounds else ""
+    if cell is not None and len(cell.seed_means) > 1:  # the seed-to-seed spread
+        text += "<br>seeds: " + ", ".join(f"{m:.2f}" for _, m in sorted(cell.seed_means.items()))
     if paper:
         text += f"<br>paper {paper[0]:.2f}" + (
             f" ({_std(paper[1])})" if paper[1] is not None else ""
@@ -153,11 +155,13 @@ def paired_lines(
     table: Table, cells: dict[tuple[str, str], Cell], columns: tuple[str, ...]
 ) -> list[str]:
     """{ours} - each other row per column: mean over (seed, client) pairs, se, clients up /
-    down; with several seeds, each seed's gap too. Rows with no pair are left out."""
+    down; with several seeds, each seed's gap too; the paper's gap (its means') beside. Rows
+    with no pair are left out."""
     ours = ours_row(table)
     lines = [
         f"{ours.label} minus each row, per client (test-size weighted mean, standard "
-        "error, clients up / down; pooled over seeds):",
+        "error, clients up / down; pooled over seeds, then each seed's; the paper's gap "
+        "between its two means below):",
         "",
         *_header(columns),
     ]
@@ -172,6 +176,9 @@ def paired_lines(
             if gap is not None and gap.seeds > 1:
                 seeds = per_seed(a.per_client, b.per_client)
                 text += "<br>seeds: " + ", ".join(f"{g.gap:+.2f}" for g in seeds.values())
+            mine, theirs = _paper(table, ours, column), _paper(table, row, column)
+            if gap is not None and mine and theirs:
+                text += f"<br>paper {mine[0] - theirs[0]:+.2f}"
             texts.append(text)
         if any(t != "-" for t in texts):
             lines.append(f"| {row.label} | " + " | ".join(texts) + " |")

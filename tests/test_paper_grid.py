@@ -162,6 +162,26 @@ def test_rendered_table_bolds_the_best_shows_the_paper_and_pairs_clients(tmp_pat
     assert (fedavg_row["wins"], fedavg_row["losses"]) == ("2", "1")
 
 
+def test_over_two_seeds_a_cell_shows_each_seeds_mean_and_a_gap_each_seeds_and_the_papers(
+    tmp_path,
+):
+    """The verdict over seeds: each cell's seed-to-seed spread (each seed's mean), and in the
+    paired table each seed's gap and the paper's gap between its two means, beside ours."""
+    for seed, (mine, theirs) in enumerate((([0.8, 0.6], [0.5, 0.7]), ([0.9, 0.7], [0.4, 0.6]))):
+        _fake_run(tmp_path, "cifar10-dir05", "pfedgm", seed, mine)
+        _fake_run(tmp_path, "cifar10-dir05", "fedpac", seed, theirs)
+    text = render.markdown(tmp_path, TABLES["standard"]).splitlines()
+    seed0, seed1 = (80 * 10 + 60 * 11) / 21, (90 * 10 + 70 * 11) / 21
+    pfedgm = next(line for line in text if line.startswith("| pFedGM |"))
+    assert f"**{(seed0 + seed1) / 2:.2f} (" in pfedgm
+    assert f"<br>seeds: {seed0:.2f}, {seed1:.2f}<br>paper " in pfedgm
+    paper = PUBLISHED["standard"]
+    gap = paper["pfedgm"]["cifar10-dir05"][0] - paper["fedpac"]["cifar10-dir05"][0]
+    paired = [line for line in text if line.startswith("| FedPAC |")][-1]
+    each = ((80 - 50) * 10 + (60 - 70) * 11) / 21, ((90 - 40) * 10 + (70 - 60) * 11) / 21
+    assert paired.endswith(f"<br>seeds: {each[0]:+.2f}, {each[1]:+.2f}<br>paper {gap:+.2f} |")
+
+
 def test_fedavgs_cell_is_fedavgfts_run_before_its_fine_tuning_and_the_table_says_so(tmp_path):
     folder = _fake_run(tmp_path, "cifar10-dir05", "fedavgft", 0, [0.8, 0.6])
     folder.write_clients([{"partition-id": i, "accuracy": a, "acc-global": g, "num-test": 10}
