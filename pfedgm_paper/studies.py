@@ -182,7 +182,13 @@ PRIVACY_CLIP = tuple(
 # method joins the epsilon table once its row of the study is complete, each run at a commit
 # where a round whose every reply failed still releases its noise (earlier runs left the
 # model as it was, which showed that event: they run again).
-DP_CLIPS = {"pfedgm": "0.01", "pfedfda": "median", "fedpac": "0.01"}
+DP_CLIPS = {
+    "pfedgm": "0.01",
+    "pfedfda": "median",
+    "fedpac": "0.01",
+    "fedavgft": "0.1",
+    "fedavg": "0.1",
+}
 
 
 def _epsilon_rows(method: str, clip: str) -> tuple[Row, ...]:
