@@ -114,6 +114,7 @@ def privacy_lines(cells: dict, table: Table, column: str, path: Path) -> Path | 
         ax.axhline(floor[1], color="gray", linestyle="--", label=floor[0])
     ax.set_xscale("log")
     ax.set_xticks([*finite, right], [f"{e:g}" for e in finite] + ["no DP"])
+    ax.minorticks_off()  # the log scale's minor labels (9 x 10^0) would sit among the epsilons
     ax.set(xlabel="epsilon (delta 1e-5)", ylabel="personalized accuracy (%)", title=table.caption)
     ax.legend(fontsize=8)
     return _save(fig, path)
