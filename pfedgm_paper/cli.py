@@ -4,6 +4,7 @@
     pfedgm-paper run standard --out /abs/paper --rounds 200 --seeds 0,1,2 --offline
     pfedgm-paper run objective,decoupling --out /abs/paper --columns cifar10s-dir05-100c
     pfedgm-paper collect --out /abs/paper --to results/paper/runs   # records and models
+    pfedgm-paper collect --out /abs/paper --to results/paper/base --skip pfedgm  # the others
     pfedgm-paper render --out results/paper/runs --to docs/results/rendered
     pfedgm-paper dynamics /abs/paper/cifar100-dir05/pfedgm/seed0 --to dynamics.png
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from fnmatch import fnmatch
 from pathlib import Path
 
 from pfedgm_app.methods import METHODS
@@ -82,6 +84,10 @@ def parser() -> argparse.ArgumentParser:
     collect = sub.add_parser("collect", help="copy finished runs' records and global models")
     collect.add_argument("--out", type=Path, required=True, help="the results folder")
     collect.add_argument("--to", type=Path, required=True, help="where the copies go")
+    collect.add_argument("--runs", default="*", help="run names to copy, glob patterns "
+                         "separated by commas (e.g. pfedgm); all by default")  # fmt: skip
+    collect.add_argument("--skip", default="", help="run names to leave, the same way "
+                         "(e.g. pfedgm: the baselines of a grid go to another folder)")  # fmt: skip
     tsne = sub.add_parser("tsne", help="the t-SNE figure of one finished run's folder")
     tsne.add_argument("run_dir", type=Path, help="a run's output-dir (with its global model)")
     tsne.add_argument("--to", type=Path, required=True, help="the PNG to write")
@@ -195,8 +201,11 @@ def _collect(args) -> int:
     if not args.out.is_dir():
         raise ValueError(f"--out {args.out}: no such folder")
     count = models = 0
+    runs, skip = _names(args.runs), _names(args.skip)
     for folder in map(RunFolder, sorted(args.out.glob("*/*/seed*"))):
-        if folder.finished:
+        run = folder.path.parent.name
+        chosen = any(fnmatch(run, p) for p in runs) and not any(fnmatch(run, p) for p in skip)
+        if folder.finished and chosen:
             name = folder.path.relative_to(args.out)
             models += records.copy_results(folder, args.to / name, str(name))
             count += 1

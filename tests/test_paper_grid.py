@@ -560,6 +560,14 @@ def test_collected_records_name_no_absolute_path_and_the_committed_ones_neither(
     assert kept == {"dataset": "shared:cifar10", "output-dir": "cifar10-dir05/pfedgm/seed0",
                     "frost-dir": "frost", "seed": 0, "format-version": 2}  # fmt: skip
     assert portable("uoft-cs/cifar10", "r") == "uoft-cs/cifar10"  # a hub id stays
+    # --runs and --skip: a grid's pFedGM runs to one folder, its baselines to another
+    _fake_run(tmp_path / "out", "cifar10-dir05", "fedpac", 0, [0.5])
+    _fake_run(tmp_path / "out", "cifar10-dir01", "pfedgm-npo", 0, [0.5])
+    out = ["collect", "--out", str(tmp_path / "out"), "--to"]
+    assert cli.main([*out, str(tmp_path / "ours"), "--runs", "pfedgm*", "--skip", "*-npo"]) == 0
+    assert cli.main([*out, str(tmp_path / "base"), "--skip", "pfedgm*"]) == 0
+    found = {p.name: sorted(q.parent.name for q in p.rglob("seed0")) for p in tmp_path.iterdir()}
+    assert (found["ours"], found["base"]) == (["pfedgm"], ["fedpac"])
     records = [p for p in (ROOT / "results").rglob("*.json")]
     absolute = [str(p) for p in records if '": "/' in p.read_text()]
     assert records and not absolute, absolute[:3]
