@@ -136,11 +136,9 @@ class PersonalizedFedAvg(ReplyAdmission, SuspectNaming, PersonalizeRound, FedAvg
         self.sent_arrays: dict[int, ArrayRecord] = {}
 
     def state(self) -> dict[str, Any]:
-        """What a checkpoint needs besides the arrays and rounds to continue as if never
-        stopped: the sampling RNG, the clip's norm history, and the run's record of its
-        problems so far (the summary of a resumed run lists those before the stop, and its
-        stop rule counts them). Subclasses extend it (numpy arrays, plain values; per-client
-        entries by `node_partitions`: nodes get new ids)."""
+        """What a checkpoint needs to continue as if never stopped: the sampling RNG, the
+        clip's norm history, the problems so far (a resumed run's summary and stop rule count
+        them). Subclasses extend it (plain values; per-client entries by partition id)."""
         privacy = {} if self.privacy is None else {"privacy": self.privacy.state()}
         return {"rng": self.rng.getstate(), "norms": dict(self.norms),
                 "largest-share": dict(self.largest_share), "dropped": list(self.dropped),
