@@ -1,6 +1,7 @@
 """The lines under a rendered table that qualify its cells: the marks a cell may carry
 (another protocol than the paper's †, read from a `--beside` folder ‡, rounds in which every
-reply failed §) and the rows read from another row's runs."""
+reply failed §) and the rows read from another row's runs; and the Markdown head every
+table under a rendered one shares."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ from .rows import Table
 OTHER_PROTOCOL = " †"  # the cell's runs depart from the paper's protocol (`protocol_lines`)
 BESIDE = " ‡"  # the cell was read from a `--beside` folder (`beside_line`)
 IDLE = " §"  # in some rounds every reply failed: no client trained (`idle_lines`)
+
+
+def header(columns: tuple[str, ...]) -> list[str]:
+    """A Markdown table's head: an empty corner, then `columns`."""
+    return ["| | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
 
 
 def idle_lines(table: Table, cells: dict[tuple[str, str], Cell]) -> list[str]:

@@ -15,6 +15,7 @@ from itertools import combinations
 from statistics import median
 
 from .cells import Cell
+from .marks import header
 from .published import PUBLISHED
 from .rows import Table
 
@@ -70,13 +71,8 @@ def order_lines(
             f"({min(shifts):+.2f}, {max(shifts):+.2f}) |"
         )
     methods = [r.label for r in table.rows if any(r.label in o for o, _ in found.values())]
-    lines += ["", "Each method's shift, ours minus the paper's:", "", _header(found)]
-    lines += ["|---" * (len(found) + 1) + "|"]
+    lines += ["", "Each method's shift, ours minus the paper's:", "", *header(tuple(found))]
     for label in methods:
         texts = [f"{o[label] - p[label]:+.2f}" if label in o else "-" for o, p in found.values()]
         lines.append(f"| {label} | " + " | ".join(texts) + " |")
     return lines
-
-
-def _header(found: dict) -> str:
-    return "| | " + " | ".join(found) + " |"

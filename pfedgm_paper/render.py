@@ -22,6 +22,7 @@ from .marks import (
     IDLE,
     OTHER_PROTOCOL,
     beside_line,
+    header,
     idle_lines,
     protocol_lines,
     read_as_lines,
@@ -102,7 +103,7 @@ def markdown(out: Results, table: Table) -> str:
     differences."""
     cells = read_table(out, table)
     columns = shown(table, cells)
-    lines = [f"### {table.caption}", "", *_header(columns)]
+    lines = [f"### {table.caption}", "", *header(columns)]
     for row in table.rows:
         texts = []
         for column in columns:
@@ -122,10 +123,6 @@ def markdown(out: Results, table: Table) -> str:
         for column in columns:
             lines += round_lines(out, table, column)
     return "\n".join(lines) + "\n"
-
-
-def _header(columns: tuple[str, ...]) -> list[str]:
-    return ["| | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
 
 
 ACCURACY_CELL = (
@@ -163,7 +160,7 @@ def paired_lines(
         "error, clients up / down; pooled over seeds, then each seed's; the paper's gap "
         "between its two means below):",
         "",
-        *_header(columns),
+        *header(columns),
     ]
     for row in table.rows:
         if row.name == ours.name:
@@ -214,7 +211,7 @@ def round_lines(out: Results, table: Table, column: str) -> list[str]:
         f"{column}: personalized accuracy at each evaluated round (mean over seeds; "
         f"in parentheses, {ours.label}'s mean minus the row's):",
         "",
-        *_header(tuple(map(str, rounds))),
+        *header(tuple(map(str, rounds))),
     ]
     for row, points in curves.items():
         texts = []
