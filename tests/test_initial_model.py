@@ -265,3 +265,34 @@ def test_a_run_with_no_rounds_only_personalizes_and_a_misfit_sends_nothing(tmp_p
         run_inprocess({**cfg, "classes": classes, "output-dir": str(tmp_path / "misfit")}, 2,
                       client_app=_recording(kinds))  # fmt: skip
     assert kinds == []
+
+
+@pytest.mark.parametrize("scale", [0.2, 5.4])
+def test_a_rescaled_model_gives_z_times_s_and_starts_a_run_as_any_stored_one(tmp_path, scale):
+    from devtools.rescale_features import main
+
+    stored = _stored_run(tmp_path / "run")
+    assert main([str(stored), str(tmp_path / "probe"), "--scale", str(scale)]) == 0
+    before, after = (
+        load_state(f / "global_model.safetensors") for f in (stored, tmp_path / "probe")
+    )
+    method, cfg = get_method("pfedgm"), RunConfig(dataset="ylecun/mnist")
+    models = [starting_model(cfg, method.plugin(), MNIST, 10) for _ in range(2)]
+    for model, state in zip(models, (before, after), strict=True):
+        model.load_state_dict(state)
+    x = torch.randn(8, *MNIST)
+    with torch.no_grad():
+        z, z_scaled = (m.generator.eval()(x) for m in models)
+    assert z.abs().max() > 0
+    torch.testing.assert_close(z_scaled, scale * z)
+    unchanged = [k for k in before if not k.startswith("generator.features.")]
+    assert unchanged and all(torch.equal(before[k], after[k]) for k in unchanged)  # psi, nu
+    assert initial_model.read(_cfg(initial_model=str(tmp_path / "probe"), dataset="ylecun/mnist"))
+
+
+def test_a_scale_that_is_not_positive_is_refused_before_anything_is_written(tmp_path):
+    from devtools.rescale_features import main
+
+    with pytest.raises(SystemExit, match="--scale must be > 0"):
+        main([str(_stored_run(tmp_path / "run")), str(tmp_path / "probe"), "--scale", "-1"])
+    assert not (tmp_path / "probe").exists()
