@@ -5,11 +5,12 @@
         --set initial-model=DEST --out /abs/probe
 
 The generator phi ends in fc -> LeakyReLU (`models.ConvGenerator`), both positively
-homogeneous, so the fc's weight and bias times s > 0 give z times s on every image; psi and nu
-stay as they were. A run from DEST with `num-server-rounds=0` is Phase 2 alone on those
-features: what a model's personalized accuracy owes to its features' scale, apart from what
-they separate (docs/notes/dp-noise-cost.md). DEST gets the scaled `global_model.safetensors`
-and RUN's `config.json`, what `initial-model` reads.
+homogeneous, so the fc's weight and bias times s > 0 give z times s on every image; the head
+(pFedGM's psi and nu, another method's classifier) stays as it was. A run of the same method
+from DEST with `num-server-rounds=0` is its personalize round alone on those features: what
+a model's personalized accuracy owes to its features' scale, apart from what they separate
+(docs/notes/dp-noise-cost.md). DEST gets the scaled `global_model.safetensors` and RUN's
+`config.json`, what `initial-model` reads.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def fc_names(state: dict[str, torch.Tensor]) -> tuple[str, str]:
         if v.dim() == 2
     ]
     if not fcs:
-        raise ValueError("no generator.features.N fc in this model: the probe takes pFedGM's")
+        raise ValueError("no generator.features.N fc in this model: is it a run's global model?")
     return f"generator.features.{max(fcs)}.weight", f"generator.features.{max(fcs)}.bias"
 
 
