@@ -9,8 +9,11 @@ homogeneous, so the fc's weight and bias times s > 0 give z times s on every ima
 (pFedGM's psi and nu, another method's classifier) stays as it was. A run of the same method
 from DEST with `num-server-rounds=0` is its personalize round alone on those features: what
 a model's personalized accuracy owes to its features' scale, apart from what they separate
-(docs/notes/dp-noise-cost.md). DEST gets the scaled `global_model.safetensors` and RUN's
-`config.json`, what `initial-model` reads.
+(docs/notes/dp-noise-cost.md). That holds for a method whose personalized model is made in
+its personalize round from the global model (pFedGM: s = 1 gives the run's number back); not
+for FedPAC, whose heads the server combines over its rounds (a run of no rounds has none).
+DEST gets the scaled `global_model.safetensors` and RUN's `config.json`, what `initial-model`
+reads.
 """
 
 from __future__ import annotations
