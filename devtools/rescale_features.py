@@ -38,8 +38,7 @@ def fc_names(state: dict[str, torch.Tensor]) -> tuple[str, str]:
     fcs = [
         int(m[1])
         for k, v in state.items()
-        if (m := _LAYER.fullmatch(k)) and m[2] == "weight"
-        if v.dim() == 2
+        if (m := _LAYER.fullmatch(k)) and m[2] == "weight" and v.dim() == 2
     ]
     if not fcs:
         raise ValueError("no generator.features.N fc in this model: is it a run's global model?")
