@@ -178,7 +178,7 @@ PRIVACY_CLIP = tuple(
     if c != "0.001" or m == "pfedgm"  # pFedGM's best, 0.01, at the grid's edge again
 )
 # Each method's C: its best validation accuracy in PRIVACY_CLIP (docs/results/privacy/
-# privacy-clip.md; `tests/test_paper_grid.py` checks the choice against the records). A
+# privacy-clip.md; `tests/test_paper_studies.py` checks the choice against the records). A
 # method joins the epsilon table once its row of the study is complete, each run at a commit
 # where a round whose every reply failed still releases its noise (earlier runs left the
 # model as it was, which showed that event: they run again).

@@ -119,6 +119,18 @@ def task_identity():
         yield
 
 
+@pytest.fixture(scope="module")
+def _one_thread():
+    """The Gaussian head's tests (`pytest.mark.usefixtures`): their tensors are tiny, and one
+    intra-op thread avoids oversubscription on busy hosts."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--exhaustive", action="store_true", help="also run the tests marked exhaustive"

@@ -1,20 +1,14 @@
 """Devices with their own data (node-config `data-path`) and the disk cache of decoded clients:
-loading, the run's class list, clear errors, discovery leaving a bad node out, and a
-deployment whose SuperNodes read their own folders."""
+loading, the run's class list, one clear error per bad folder, and a node's config."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import zlib
-from pathlib import Path
 
 import datasets
 import numpy as np
 import pytest
 import torch
-from flwr.app import Error, Message, MetricRecord, RecordDict
 
 from pfedgm_app.client.node import node_data
 from pfedgm_app.data import (
@@ -31,20 +25,13 @@ from pfedgm_app.data import (
     sources,
 )
 from pfedgm_app.data import device as device_data
-from pfedgm_app.data.labels import _declared_classes
-from pfedgm_app.data.sources import _columns
 from pfedgm_app.runconfig.common import RunConfig
 from pfedgm_app.runconfig.settings import ConfigError
-from pfedgm_app.server.federation import discover_clients, unavailable
-from tests.conftest import SHARED_DATA as SHARED
-from tests.test_server import FakeGrid
+
+# each test with its own disk cache and empty in-memory caches (a new process)
+pytestmark = pytest.mark.usefixtures("fresh_caches")
 
 DIGITS = KNOWN_CLASSES["ylecun/mnist"]
-
-
-@pytest.fixture(autouse=True)
-def _fresh(fresh_caches):
-    """Each test with its own disk cache and empty in-memory caches (a new process)."""
 
 
 @pytest.fixture(scope="session")
@@ -151,56 +138,6 @@ def test_the_runs_class_list_comes_from_classes_or_the_dataset(mnist, tmp_path):
             RunConfig(classes=bad).validate()
 
 
-def _features_classes(files: list[Path]) -> tuple[str, ...] | None:
-    """What `datasets` reads from a parquet file's schema: the label column's class names."""
-    import pyarrow.parquet as pq
-
-    features = datasets.Features.from_arrow_schema(pq.read_schema(files[0]))
-    label = features[_columns(str(files[0].parent), features)[1]]
-    return tuple(label.names) if isinstance(label, datasets.ClassLabel) else None
-
-
-@pytest.mark.parametrize("name", ["mnist", "cifar10", "cifar100", "emnist", "tinyimagenet"])
-def test_the_declared_class_list_is_the_one_datasets_reads(name):
-    """The class list read from a parquet schema's metadata without `datasets` is the one
-    `datasets` reads, for every dataset of ../shared/data."""
-    files = sorted((SHARED / name).rglob("*.parquet"))
-    if not files:
-        pytest.skip(f"no parquet files of {name} in ../shared/data")
-    import pyarrow.parquet as pq
-
-    assert _declared_classes(pq.read_schema(files[0]).metadata) == _features_classes(files)
-
-
-def test_the_declared_class_list_follows_columns_choice_or_leaves_it_to_datasets():
-    def meta(features):
-        return {b"huggingface": json.dumps({"info": {"features": features}}).encode()}
-
-    image, coarse = {"_type": "Image"}, {"names": ["x", "y"], "_type": "ClassLabel"}
-    fine = {"names": ["a", "b", "c"], "_type": "ClassLabel"}
-    both = {"img": image, "label": coarse, "fine_label": fine}  # as `_columns`: fine_label
-    assert _declared_classes(meta(both)) == ("a", "b", "c")
-    assert _declared_classes(meta({"img": image, "other": fine})) == ("a", "b", "c")
-    for unknown in (
-        {"img": image, "label": {"dtype": "int64", "_type": "Value"}},
-        {"label": fine},
-        {"img": image, "label": {"names": [1, 2], "_type": "ClassLabel"}},
-    ):
-        assert _declared_classes(meta(unknown)) is None
-    assert _declared_classes({}) is None and _declared_classes({b"huggingface": b"{"}) is None
-
-
-def test_a_local_copys_class_list_is_read_without_importing_datasets(mnist):
-    """Every message of a deployment asks for the run's class list in a fresh process:
-    `datasets` (seconds to import) stays out of it."""
-    code = (
-        "import sys; from pfedgm_app.data import run_classes; "
-        f"print(run_classes('', {str(mnist)!r})[:2], 'datasets' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["('0',", "'1')", "False"]
-
-
 def test_node_config_names_the_client_and_its_data(tmp_path, digits):
     folder = str(write_image_folder(digits.select(range(0, 400, 2)), tmp_path / "img"))
     cfg = RunConfig(dataset="ylecun/mnist", min_train_samples=10)
@@ -212,42 +149,6 @@ def test_node_config_names_the_client_and_its_data(tmp_path, digits):
         node_data(cfg, {"num-partitions": 4})
     with pytest.raises(ConfigError, match="needs corruption='none'"):
         node_data(RunConfig(corruption="50C"), {"data-path": folder})
-
-
-@pytest.mark.usefixtures("task_identity")
-@pytest.mark.parametrize(
-    ("make", "reason"),
-    [
-        (lambda p: None, "does not exist on this device"),
-        (lambda p: (p.mkdir(), (p / "x.parquet").write_bytes(b"PAR1 not parquet")),
-         "x.parquet: not a readable parquet file"),
-    ],
-)  # fmt: skip
-def test_a_node_whose_data_cannot_be_loaded_answers_the_query_with_why(
-    tmp_path, caplog, make, reason
-):
-    """No exception leaves the ClientApp (Flower would wrap and log it with its traceback): the
-    query's reply carries the reason, and the node logs it in one line."""
-    from flwr.app import Context
-
-    from pfedgm_app import client_app
-    from pfedgm_app.methods import run_config_keys
-    from pfedgm_app.protocol import wire
-
-    path = tmp_path / "data"
-    make(path)
-    run_config = {**run_config_keys(), "dataset": "ylecun/mnist"}
-    context = Context(1, 17, {"data-path": str(path)}, RecordDict(), run_config)
-    request = Message(RecordDict(), dst_node_id=17, message_type="query")
-    with caplog.at_level("ERROR", logger="flwr"):
-        reply = client_app.query(request, context)
-    assert not reply.has_error() and wire.METRICS not in reply.content
-    why = reply.content[wire.UNAVAILABLE][wire.REASON]
-    assert str(path) in why and reason in why and "\n" not in why
-    assert [r.getMessage() for r in caplog.records] == [
-        f"pFedGM app: node 17 cannot take part: {why}"
-    ]
-    assert unavailable(reply) == f"could not load its data: {why}"
 
 
 def test_a_new_process_reads_the_cached_client_and_a_changed_key_decodes_again(
@@ -289,60 +190,6 @@ def test_partitioned_clients_are_cached_on_disk_too(mnist, monkeypatch):
     assert _equal(load_client_data(protocol, 1), first)
     with pytest.raises(AssertionError, match="instead of the cached"):
         load_client_data(Protocol(str(mnist), 4, 0.5, seed=2, min_train=10, pool_size=500), 1)
-
-
-class DeviceGrid(FakeGrid):
-    """FakeGrid whose replies also carry the model input; `inputs` overrides a node's."""
-
-    def __init__(self, partitions, failing=(), no_data=(), inputs=None):
-        super().__init__(partitions, failing, no_data)
-        self.inputs = inputs or {}
-
-    def send_and_receive(self, messages, timeout=None):
-        replies = super().send_and_receive(messages, timeout)
-        for reply in replies:
-            if reply.has_content() and "metrics" in reply.content:
-                shape, k = self.inputs.get(reply.metadata.src_node_id, ([1, 28, 28], 10))
-                metrics = {**reply.content["metrics"], "image-shape": shape, "num-classes": k}
-                reply.content["metrics"] = MetricRecord(metrics)
-        return replies
-
-
-@pytest.mark.usefixtures("task_identity")
-def test_with_min_nodes_a_node_that_cannot_take_part_is_left_out_and_recorded():
-    grid = DeviceGrid({1: (0, 0), 2: (1, 0), 3: (2, 0), 4: (3, 0), 5: (4, 0)}, failing=[5],
-                      no_data=[3], inputs={4: ([3, 32, 32], 10)})  # fmt: skip
-    failed = {}
-    infos = discover_clients(grid, RunConfig(min_nodes=2, node_wait_timeout=1), failed)
-    assert sorted(infos) == [1, 2]
-    assert failed[3] == "could not load its data: data-path '/x' does not exist on this device"
-    assert "gives the model [3, 32, 32] images" in failed[4]
-    assert failed[5] == "its ClientApp failed (Flower error code 1): boom"
-    with pytest.raises(ConfigError, match="set min-nodes=N"):  # devices without num-partitions
-        discover_clients(grid, RunConfig(node_wait_timeout=1))
-    with pytest.raises(ConfigError, match="set min-nodes=N"):
-        discover_clients(DeviceGrid({1: (0, 0)}), RunConfig(node_wait_timeout=1))
-
-
-@pytest.mark.usefixtures("task_identity")
-def test_a_failed_clientapps_error_is_reported_as_its_exception_on_one_line():
-    """Flower's code, then the ClientApp's message out of Flower's wrapper (`error_cause`);
-    a reason of another form on one line, shortened."""
-    request = Message(RecordDict(), dst_node_id=1, message_type="query")
-
-    def reply(reason):
-        return Message(Error(code=2, reason=reason), reply_to=request)
-
-    simulation = (
-        "<class 'flwr.clientapp.client_app.ClientAppException'>:<'\nException "
-        "ClientAppException occurred. Message: division by zero'>"
-    )
-    assert (
-        unavailable(reply(simulation))
-        == "its ClientApp failed (Flower error code 2): division by zero"
-    )
-    long = unavailable(reply("x" * 1000))
-    assert long.endswith("x...") and len(long) < 700 and "\n" not in long
 
 
 def test_a_one_class_dataset_or_class_list_is_refused(tmp_path, digits):
