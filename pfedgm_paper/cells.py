@@ -48,10 +48,15 @@ PROTOCOL = (
 )
 
 # The local copies holding fewer images than the paper's data (../shared/data/README.md;
-# tests/test_paper_grid.py counts them): a run on one is another experiment, marked as such.
+# tests/test_paper_render.py counts them): a run on one is another experiment, marked as such.
+# dataset: (images a run trains on here, in the paper's data, what they are)
+SUBSET_IMAGES = {
+    "shared:emnist": (116_323, 814_255, "EMNIST's {} images (paper {})"),  # train and test
+    "shared:tinyimagenet": (20_000, 100_000, "{} TinyImageNet training images (paper {})"),
+}
 SUBSETS = {
-    "shared:emnist": "EMNIST's 116,323 images (paper 814,255)",
-    "shared:tinyimagenet": "20,000 TinyImageNet training images (paper 100,000)",
+    dataset: words.format(f"{ours:,}", f"{paper:,}")
+    for dataset, (ours, paper, words) in SUBSET_IMAGES.items()
 }
 
 

@@ -3,7 +3,8 @@ beside ours, and the paired differences of the table's own method against each o
 
 Cells: `mean (std)` over the seeds found (`cells.read_cell`), the best mean of a column in
 bold, `-` where no run has finished; under the paired differences, our order of the methods
-against the paper's (`order`). Runtime: minutes of training and personalization, seconds
+against the paper's (`order`), and on a subset of the paper's data each method by its
+clients' training images (`client_size`). Runtime: minutes of training and personalization, seconds
 a round of Phase 1, and that over FedAvg's in the same column (the paper's minutes are for 200
 rounds on its machine: the ratios compare, the minutes do not; a round's ratio, not the whole
 run's, so that runs of fewer rounds, whose Phase 2 weighs more, compare too).
@@ -16,6 +17,7 @@ import io
 from pathlib import Path
 
 from .cells import Cell, Results, curve, read_cell
+from .client_size import size_lines
 from .grid import TABLES
 from .marks import (
     BESIDE,
@@ -120,6 +122,8 @@ def markdown(out: Results, table: Table) -> str:
         lines += ["", *paired_lines(table, cells, columns)]
         if order := order_lines(table, cells, columns):
             lines += ["", *order]
+        if sizes := size_lines(out, table, cells, columns):
+            lines += ["", *sizes]
         for column in columns:
             lines += round_lines(out, table, column)
     return "\n".join(lines) + "\n"

@@ -1,0 +1,123 @@
+"""Each method's accuracy against its clients' training images, on a column whose data is a
+subset of the paper's.
+
+The local EMNIST copy gives a client about 116 images where the paper's data gives about 814
+(TinyImageNet: 200 where 1,000): a method that needs many images of its own loses more on the
+subset. A column's clients already differ in size (a Dirichlet partition draws how much of each
+class a client holds), so its runs tell how each method's accuracy grows with a client's images:
+per method, the test-size-weighted mean accuracy of the clients in each quartile of training
+images (the column's quartiles: one seed partitions the clients alike for every method), and
+the weighted least-squares slope of accuracy on log2(images), in points a doubling. Across
+clients size goes with the label mix, so this is an association, not an experiment; the slope
+times log2 of the paper's images over ours reads what the subset costs a method only where
+the trend held beyond our largest clients.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import quantiles
+
+from pfedgm_app.protocol import wire
+from pfedgm_app.records.run_folder import RunFolder
+
+from .cells import SUBSET_IMAGES, SUBSETS, Cell, Results, seed_folders
+from .marks import header
+from .rows import Table
+
+# {(seed, partition-id): (accuracy in percent, test-set size, training images)}
+Sized = dict[tuple[int, int], tuple[float, int, int]]
+
+
+def sized_clients(out: Results, column: str, run: str, metric: str) -> Sized:
+    """The finished seeds' clients of `run` in `column`, with their training images."""
+    found: Sized = {}
+    for seed, folder in seed_folders(out, column, run).items():
+        for row in RunFolder(folder).read_clients():
+            if metric in row and wire.NUM_EXAMPLES in row:  # older records lack it
+                key = (seed, int(row[wire.PARTITION_ID]))
+                found[key] = (row[metric], int(row[wire.NUM_TEST]), int(row[wire.NUM_EXAMPLES]))
+    return found
+
+
+def slope_per_doubling(clients: Sized) -> tuple[float, float] | None:
+    """Weighted least squares of accuracy on log2(images), weights the test sizes: (the
+    accuracy points a doubling of a client's images goes with, its standard error with the
+    clients independent: the sandwich sqrt(sum w^2 (x - x_bar)^2 r^2) / Sxx, as `paired` weighs
+    its gaps); None without two sizes."""
+    points = [(math.log2(n), acc, w) for acc, w, n in clients.values() if n > 0 and w > 0]
+    if len({x for x, _, _ in points}) < 2:
+        return None
+    total = sum(w for _, _, w in points)
+    x_bar = sum(x * w for x, _, w in points) / total
+    y_bar = sum(y * w for _, y, w in points) / total
+    sxx = sum(w * (x - x_bar) ** 2 for x, _, w in points)
+    slope = sum(w * (x - x_bar) * (y - y_bar) for x, y, w in points) / sxx
+    residual = [(x, y - y_bar - slope * (x - x_bar), w) for x, y, w in points]
+    se = math.sqrt(sum((w * (x - x_bar) * r) ** 2 for x, r, w in residual)) / sxx
+    return slope, se
+
+
+def quartile_of(images: int, edges: list[float]) -> int:
+    """0 to 3: how many of the column's quartile edges lie below `images`."""
+    return sum(images > edge for edge in edges)
+
+
+def quartile_means(clients: Sized, edges: list[float]) -> dict[int, float]:
+    """{quartile: the test-size-weighted mean accuracy of its clients}, quartiles with clients."""
+    sums: dict[int, list[float]] = {}
+    for acc, w, n in clients.values():
+        q = sums.setdefault(quartile_of(n, edges), [0.0, 0.0])
+        q[0] += acc * w
+        q[1] += w
+    return {q: s / w for q, (s, w) in sorted(sums.items()) if w > 0}
+
+
+def _subset(cells: dict[tuple[str, str], Cell], column: str) -> str | None:
+    """The dataset of `column`'s runs where it is one of `SUBSETS`, else None."""
+    for (_, col), cell in cells.items():
+        for dataset, text in SUBSETS.items():
+            if col == column and text in cell.differences:
+                return dataset
+    return None
+
+
+def size_lines(out: Results, table: Table, cells: dict, columns: tuple[str, ...]) -> list[str]:
+    """Per column on a subset of the paper's data: each method by its clients' quartile of
+    training images, and its slope a doubling."""
+    lines: list[str] = []
+    for column in columns:
+        if (dataset := _subset(cells, column)) is None:
+            continue
+        rows = {
+            row.label: sized_clients(out, column, row.run, row.metric)
+            for row in table.rows
+            if (row.name, column) in cells
+        }
+        sizes = {k: n for clients in rows.values() for k, (_, _, n) in clients.items()}
+        if len(set(sizes.values())) < 2:
+            continue
+        edges = quantiles(sizes.values(), n=4)
+        spans: dict[int, tuple[int, int, int]] = {}
+        for n in sizes.values():
+            lo, hi, count = spans.get(quartile_of(n, edges), (n, n, 0))
+            spans[quartile_of(n, edges)] = (min(lo, n), max(hi, n), count + 1)
+        spans = dict(sorted(spans.items()))
+        heads = tuple(f"{lo}-{hi} ({count})" for lo, hi, count in spans.values())
+        ours, paper, _ = SUBSET_IMAGES[dataset]
+        lines += [
+            f"{column}: accuracy by the client's training images (the quartiles of the "
+            f"column's clients: images, clients over seeds; test-size weighted), and the slope "
+            f"a doubling of them; the paper's data holds {paper / ours:.1f} times ours "
+            f"({math.log2(paper / ours):.2f} doublings):",
+            "",
+            *header((*heads, "a doubling")),
+        ]
+        for label, clients in rows.items():
+            means = quartile_means(clients, edges)
+            fit = slope_per_doubling(clients)
+            texts = [f"{means[q]:.2f}" if q in means else "-" for q in spans]
+            texts.append("-" if fit is None else f"{fit[0]:+.2f} (se {fit[1]:.2f})")
+            lines.append(f"| {label} | " + " | ".join(texts) + " |")
+        lines.append("")
+    return lines[:-1]
