@@ -131,6 +131,13 @@ def _one_thread():
     torch.set_num_threads(previous)
 
 
+@pytest.fixture
+def _online(monkeypatch):
+    """Hub ids pass `check` in the CLI's tests (`pytest.mark.usefixtures`; CI runs offline,
+    where they would not: the test of that sets HF_HUB_OFFLINE itself)."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--exhaustive", action="store_true", help="also run the tests marked exhaustive"
