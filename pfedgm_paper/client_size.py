@@ -98,11 +98,10 @@ def size_lines(out: Results, table: Table, cells: dict, columns: tuple[str, ...]
         if len(set(sizes.values())) < 2:
             continue
         edges = quantiles(sizes.values(), n=4)
-        spans: dict[int, tuple[int, int, int]] = {}
-        for n in sizes.values():
-            lo, hi, count = spans.get(quartile_of(n, edges), (n, n, 0))
-            spans[quartile_of(n, edges)] = (min(lo, n), max(hi, n), count + 1)
-        spans = dict(sorted(spans.items()))
+        members: dict[int, list[int]] = {}
+        for n in sorted(sizes.values()):
+            members.setdefault(quartile_of(n, edges), []).append(n)
+        spans = {q: (ns[0], ns[-1], len(ns)) for q, ns in sorted(members.items())}
         heads = tuple(f"{lo}-{hi} ({count})" for lo, hi, count in spans.values())
         ours, paper, _ = SUBSET_IMAGES[dataset]
         lines += [
