@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,8 @@ def test_tensorboard_holds_each_rounds_figures_and_each_clients_accuracy(mnist, 
 def wandb_records(path: Path) -> list:
     """The records of a W&B offline run file (`run-*.wandb`): a 7-byte header, then LevelDB
     log blocks of 32 KiB, each record a 7-byte header (crc, length, type: 1 full, 2 first,
-    3 middle, 4 last) and its bytes, a protobuf `Record`."""
+    3 middle, 4 last) and its bytes, a protobuf `Record`. A record still being written (its
+    bytes past the file's end) is left out."""
     from wandb.proto import wandb_internal_pb2
 
     data, pos, block, records, part = path.read_bytes(), 7, 32768, [], b""
@@ -58,6 +60,8 @@ def wandb_records(path: Path) -> list:
             pos += block - pos % block
             continue
         _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if pos + 7 + length > len(data):
+            break
         part, pos = part + data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind in (1, 4):
             record = wandb_internal_pb2.Record()
@@ -65,6 +69,19 @@ def wandb_records(path: Path) -> list:
             records.append(record)
             part = b""
     return records
+
+
+def finished_wandb_records(path: Path, seconds: float = 120) -> list:
+    """The run file's records once its last one, `exit`, is on disk: W&B's service process
+    writes the file and may still be flushing it when `run.finish()` has returned."""
+    deadline = time.monotonic() + seconds
+    while True:
+        records = wandb_records(path)
+        kinds = [r.WhichOneof("record_type") for r in records]
+        if "exit" in kinds or time.monotonic() > deadline:
+            assert "exit" in kinds, f"{path.name} has no exit record after {seconds} s: {kinds}"
+            return records
+        time.sleep(0.5)
 
 
 @pytest.mark.e2e
@@ -75,7 +92,7 @@ def test_wandb_runs_offline_and_holds_each_rounds_figures(mnist, tmp_path, monke
     keys = {"tracker": "wandb", "tracker-name": "cifar-cell", "tracker-group": "a-table"}
     folder = _run(mnist, tmp_path / "run", **keys)
     (path,) = (tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb")
-    records = wandb_records(path)
+    records = finished_wandb_records(path)
     (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert run.display_name == "cifar-cell" and run.run_group == "a-table"
     config = {u.key: json.loads(u.value_json) for u in run.config.update}
