@@ -1,11 +1,13 @@
 """Through `flwr run` in the real simulation engine: every client ends with its personalized
-model on disk, which gives exactly the accuracy the run reported and which `predict` uses. (A
+model on disk, which gives exactly the accuracy the run reported and which `predict` uses; the
+ServerApp in the simulation process keeps twice the cores' messages in flight. (A
 device that joins after training, in the loopback deployment: `tests/test_e2e.py`; what a run
 from a stored model refuses, and such a run in process: `tests/test_initial_model.py`.)"""
 
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 
@@ -39,9 +41,12 @@ def test_every_client_keeps_its_model_which_gives_its_accuracy_and_predicts(
     flower_env, tmp_path, mnist
 ):
     trained = tmp_path / "trained"
-    cfg = {**SHORT, "num-server-rounds": 1, "dataset": str(mnist), "output-dir": str(trained)}
+    cfg = {**SHORT, "num-server-rounds": 1, "dataset": str(mnist), "output-dir": str(trained),
+           "messages-in-flight": -1}  # fmt: skip
     run = run_app(cfg, 2, flower_env, timeout=600)
     assert run.ok, run.log[-3000:]
+    # `messages-in-flight` auto: in the simulation process, a window of twice the cores
+    assert f"at most {2 * len(os.sched_getaffinity(0))} messages in flight" in run.log
     reported = {int(r["partition-id"]): r["accuracy"] for r in RunFolder(trained).read_clients()}
     protocol = Protocol.of(parse_run_config(cfg)[0], 2)
     for pid, acc in reported.items():

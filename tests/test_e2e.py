@@ -1,10 +1,11 @@
-"""End-to-end runs through `flwr run` in the real simulation engine, on real CIFAR-10."""
+"""End-to-end runs on real data: through `flwr run` in the real simulation engine for what the
+engine does (learning, failures, a deployment, a preset's file), in process for what a run does
+with its data (64 px images, CIFAR-100S's corruptions, the generalization protocol)."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import subprocess
 import sys
@@ -37,8 +38,12 @@ def _run(flower_env, tmp_path, dataset, num_supernodes=4, **run_config):
 
 def _check_outputs(run, method, num_clients, rounds):
     assert run.ok, f"run {run.run_id} ended {run.status}:\n{run.log[-3000:]}"
-    out = RunFolder(run.output_dir)
-    summary = run.summary
+    assert "personalized test accuracy" in run.log  # the summary closes the log
+    return _check_folder(run.summary, run.output_dir, method, num_clients, rounds)
+
+
+def _check_folder(summary, output_dir, method, num_clients, rounds):
+    out = RunFolder(Path(output_dir))
     assert summary["method"] == method and summary["format-version"] == 2
     assert summary["num-clients"] == num_clients == summary["num-clients-evaluated"]
     assert summary["rounds"] == rounds
@@ -50,8 +55,16 @@ def _check_outputs(run, method, num_clients, rounds):
     assert all(0 <= c["accuracy"] <= 100 for c in clients)  # percent
     weights = load_state(out.global_model)
     assert "generator.features.0.weight" in weights
-    assert "personalized test accuracy" in run.log  # the summary closes the log
     return summary
+
+
+def _run_inprocess(tmp_path, dataset, num_clients, **run_config):
+    """The same run as `_run` with the in-process driver (the same results as through `flwr
+    run`: test_inprocess): for what a run does with its data, not what the engine does."""
+    cfg = {"output-dir": str(tmp_path / "out"), "client-threads": 1, **run_config}
+    if dataset is not None:
+        cfg["dataset"] = str(dataset)
+    return run_inprocess(cfg, num_clients)[0]
 
 
 def test_learning_pfedgm_beats_fedavg_on_cifar10_dir01(flower_env, tmp_path, cifar10):
@@ -78,16 +91,6 @@ def test_learning_pfedgm_beats_fedavg_on_cifar10_dir01(flower_env, tmp_path, cif
     assert gm["mean-accuracy"] > avg["mean-accuracy"] + 10, (gm, avg)
     # The ablation points of the paper's adaptation table are reported alongside.
     assert {"acc-global", "acc-global-cov", "acc-finetune"} <= set(gm["ablation-mean-accuracy"])
-
-
-def test_emnist_shaped_data_runs_pfedgm(flower_env, tmp_path, mnist):
-    """The 1x28x28 path (EMNIST CNN) through pFedGM, on the local MNIST copy, with
-    `messages-in-flight` auto: in the simulation process a window of twice the cores."""
-    cfg = {**SMALL, "messages-in-flight": -1}
-    run = _run(flower_env, tmp_path, mnist, method="pfedgm", **cfg)
-    summary = _check_outputs(run, "pfedgm", 4, 2)
-    assert summary["mean-accuracy"] > 50
-    assert f"at most {2 * len(os.sched_getaffinity(0))} messages in flight" in run.log
 
 
 @pytest.mark.parametrize(
@@ -226,28 +229,28 @@ def test_deployment_of_devices_with_their_own_data_survives_a_bad_and_a_killed_o
     assert len(classes) == 3 and set(classes) <= set("0123456789")
 
 
-def test_64px_data_runs_pfedgm_end_to_end(flower_env, tmp_path, tinyimagenet):
-    """TinyImageNet (64 px, grayscale images among color ones) through `flwr run` with the
+def test_64px_data_runs_pfedgm_end_to_end(tmp_path, tinyimagenet):
+    """TinyImageNet (64 px, grayscale images among color ones) through the app with the
     dropout model: every client is personalized and evaluated, and the global model is the
     512-d one with a 200-class Gaussian head. (Two rounds on 2,000 images do not learn 200
-    classes: learning is checked on CIFAR-10 and MNIST above.)"""
+    classes: learning is checked on CIFAR-10 and MNIST through `flwr run`.)"""
     cfg = {**SMALL, "fraction-train": 1.0, "pool-size": 2000, "dirichlet-alpha": 0.1}
-    run = _run(flower_env, tmp_path, tinyimagenet, 4, method="pfedgm", **cfg)
-    _check_outputs(run, "pfedgm", 4, 2)
-    weights = load_state(RunFolder(run.output_dir).global_model)
+    summary = _run_inprocess(tmp_path, tinyimagenet, 4, method="pfedgm", **cfg)
+    _check_folder(summary, tmp_path / "out", "pfedgm", 4, 2)
+    weights = load_state(RunFolder(tmp_path / "out").global_model)
     assert weights["head.mu"].shape == weights["head.A"].shape == (200, 512)
     assert weights["generator.features.11.weight"].shape == (512, 3136)
 
 
-def test_cifar100s_preset_runs_pfedgm_with_corrupted_clients(flower_env, tmp_path, cifar100):
-    """CIFAR-100S through `flwr run` from the offline preset of its table cell, shortened by
-    key=value overrides: 100 classes, clients 2j and 2j+1 share a corruption pair, and the
-    summary reports accuracy per corruption."""
+def test_cifar100s_preset_runs_pfedgm_with_corrupted_clients(tmp_path, cifar100):
+    """CIFAR-100S from the offline preset of its table cell, shortened by key=value
+    overrides: 100 classes, clients 2j and 2j+1 share a corruption pair, and the summary
+    reports accuracy per corruption. (A preset's file through `flwr run`: the next test.)"""
     cfg = {**SMALL, "preset": "cifar100s-dir05-100c-offline", "fraction-train": 1.0}
-    run = run_app({**cfg, "output-dir": str(tmp_path / "out")}, 4, flower_env, timeout=900)
-    summary = _check_outputs(run, "pfedgm", 4, 2)
+    summary = _run_inprocess(tmp_path, None, 4, **cfg)
+    _check_folder(summary, tmp_path / "out", "pfedgm", 4, 2)
     assert Path(summary["dataset"]).resolve() == cifar100.resolve()  # shared:cifar100, found
-    assert load_state(RunFolder(run.output_dir).global_model)["head.mu"].shape == (100, 128)
+    assert load_state(RunFolder(tmp_path / "out").global_model)["head.mu"].shape == (100, 128)
     assert summary["accuracy-by-type"].keys() == {"motion_blur"}  # pairs 0 and 1: severities 1, 2
     assert summary["accuracy-by-type"]["motion_blur"]["clients"] == 4
 
@@ -262,15 +265,14 @@ def test_a_presets_conf_file_runs_through_flwr_run_as_it_is(flower_env, tmp_path
     _check_outputs(run, "pfedgm", 4, 2)
 
 
-def test_generalization_protocol_trains_seen_clients_only(flower_env, tmp_path, cifar10):
-    """protocol=generalization through `flwr run`, 4 clients: client 0 (original, clean) alone
-    trains; every client is personalized, the new ones (1 clean, 2 and 3 CIFAR-10S) make the
-    headline accuracy, all are reported by type; eval-every=1 adds round 1's evaluation to
-    rounds.jsonl and the plot, whose last line holds the final one."""
+def test_generalization_protocol_trains_seen_clients_only(tmp_path, cifar10):
+    """protocol=generalization, 4 clients: client 0 (original, clean) alone trains; every
+    client is personalized, the new ones (1 clean, 2 and 3 CIFAR-10S) make the headline
+    accuracy, all are reported by type; eval-every=1 adds round 1's evaluation to rounds.jsonl
+    and the plot, whose last line holds the final one."""
     cfg = {**SMALL, "protocol": "generalization", "fraction-train": 0.6, "eval-every": 1}
-    run = _run(flower_env, tmp_path, cifar10, 4, method="pfedgm", **cfg)
-    assert run.ok, run.log[-3000:]
-    out, summary = RunFolder(run.output_dir), run.summary
+    summary = _run_inprocess(tmp_path, cifar10, 4, method="pfedgm", **cfg)
+    out = RunFolder(tmp_path / "out")
     rounds = out.read_rounds()
     protocol = Protocol(str(cifar10), 4, 0.5, pool_size=4000, kind="generalization")
     seen_train_size = len(client_indices(protocol)[0][0])
