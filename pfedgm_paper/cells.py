@@ -38,6 +38,8 @@ class Cell:
     idle_rounds: int = 0
     epsilon: float | None = None
     seed_means: dict[int, float] = field(default_factory=dict)  # each seed's mean: their spread
+    # {(seed, partition-id): training images} of the clients in per_client that record them
+    train_images: dict[tuple[int, int], int] = field(default_factory=dict, repr=False)
 
 
 # What fixes a run's protocol, as config.json records it: (key, the paper's value, words)
@@ -106,9 +108,14 @@ def seed_folders(out: Results, column: str, run: str) -> dict[int, Path]:
 def client_rows(folder: Path, metric: str) -> dict[int, tuple[float, int]]:
     """{partition-id: (metric in percent, test-set size)} from a run's `clients.csv`; a client
     without the metric (a failed reply) is left out."""
+    return rows_of(RunFolder(folder).read_clients(), metric)
+
+
+def rows_of(clients: list[dict], metric: str) -> dict[int, tuple[float, int]]:
+    """`client_rows` of `clients.csv`'s rows already read."""
     return {
         int(row[wire.PARTITION_ID]): (row[metric], int(row[wire.NUM_TEST]))
-        for row in RunFolder(folder).read_clients()
+        for row in clients
         if metric in row
     }
 
@@ -118,12 +125,18 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
     folders = seed_folders(out, column, row.run)
     per_client: PerClient = {}
     means, stds, minutes, per_round, rounds, differences = [], [], [], [], set(), []
-    idle, epsilons, seed_means = 0, [], {}
+    idle, epsilons, seed_means, images = 0, [], {}, {}
     for seed, folder in folders.items():
-        rows = client_rows(folder, row.metric)
+        stored = RunFolder(folder)
+        clients = stored.read_clients()
+        rows = rows_of(clients, row.metric)
         if not rows:
             continue
-        stored = RunFolder(folder)
+        images.update({
+            (seed, int(c[wire.PARTITION_ID])): int(c[wire.NUM_EXAMPLES])
+            for c in clients
+            if row.metric in c and wire.NUM_EXAMPLES in c  # older records lack it
+        })  # fmt: skip
         summary = stored.read_summary()
         if stored.config.exists():  # a run from a kept model: its model's rounds count too
             config = stored.read_config()
@@ -159,6 +172,7 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
         idle,
         sum(epsilons) / len(epsilons) if epsilons else None,
         seed_means,
+        images,
     )
 
 

@@ -18,10 +18,7 @@ from __future__ import annotations
 import math
 from statistics import quantiles
 
-from pfedgm_app.protocol import wire
-from pfedgm_app.records.run_folder import RunFolder
-
-from .cells import SUBSET_IMAGES, SUBSETS, Cell, Results, seed_folders
+from .cells import SUBSET_IMAGES, SUBSETS, Cell
 from .marks import header
 from .rows import Table
 
@@ -29,15 +26,13 @@ from .rows import Table
 Sized = dict[tuple[int, int], tuple[float, int, int]]
 
 
-def sized_clients(out: Results, column: str, run: str, metric: str) -> Sized:
-    """The finished seeds' clients of `run` in `column`, with their training images."""
-    found: Sized = {}
-    for seed, folder in seed_folders(out, column, run).items():
-        for row in RunFolder(folder).read_clients():
-            if metric in row and wire.NUM_EXAMPLES in row:  # older records lack it
-                key = (seed, int(row[wire.PARTITION_ID]))
-                found[key] = (row[metric], int(row[wire.NUM_TEST]), int(row[wire.NUM_EXAMPLES]))
-    return found
+def sized_clients(cell: Cell) -> Sized:
+    """The cell's clients that record their training images, with them."""
+    return {
+        key: (acc, weight, cell.train_images[key])
+        for key, (acc, weight) in cell.per_client.items()
+        if key in cell.train_images
+    }
 
 
 def slope_per_doubling(clients: Sized) -> tuple[float, float] | None:
@@ -75,14 +70,13 @@ def quartile_means(clients: Sized, edges: list[float]) -> dict[int, float]:
 
 def _subset(cells: dict[tuple[str, str], Cell], column: str) -> str | None:
     """The dataset of `column`'s runs where it is one of `SUBSETS`, else None."""
-    for (_, col), cell in cells.items():
-        for dataset, text in SUBSETS.items():
-            if col == column and text in cell.differences:
-                return dataset
+    for dataset, text in SUBSETS.items():
+        if any(col == column and text in cell.differences for (_, col), cell in cells.items()):
+            return dataset
     return None
 
 
-def size_lines(out: Results, table: Table, cells: dict, columns: tuple[str, ...]) -> list[str]:
+def size_lines(table: Table, cells: dict, columns: tuple[str, ...]) -> list[str]:
     """Per column on a subset of the paper's data: each method by its clients' quartile of
     training images, and its slope a doubling."""
     lines: list[str] = []
@@ -90,7 +84,7 @@ def size_lines(out: Results, table: Table, cells: dict, columns: tuple[str, ...]
         if (dataset := _subset(cells, column)) is None:
             continue
         rows = {
-            row.label: sized_clients(out, column, row.run, row.metric)
+            row.label: sized_clients(cells[(row.name, column)])
             for row in table.rows
             if (row.name, column) in cells
         }

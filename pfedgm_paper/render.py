@@ -122,7 +122,7 @@ def markdown(out: Results, table: Table) -> str:
         lines += ["", *paired_lines(table, cells, columns)]
         if order := order_lines(table, cells, columns):
             lines += ["", *order]
-        if sizes := size_lines(out, table, cells, columns):
+        if sizes := size_lines(table, cells, columns):
             lines += ["", *sizes]
         for column in columns:
             lines += round_lines(out, table, column)
