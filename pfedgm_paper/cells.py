@@ -40,6 +40,19 @@ class Cell:
     seed_means: dict[int, float] = field(default_factory=dict)  # each seed's mean: their spread
     # {(seed, partition-id): training images} of the clients in per_client that record them
     train_images: dict[tuple[int, int], int] = field(default_factory=dict, repr=False)
+    # {seed: what the influence bound did to its replies}; None: the run had no bound
+    bounded: dict[int, Bounded | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Bounded:
+    """The influence bound's work over a run (`strategies.influence`): the replies it clipped,
+    those it scaled to the pull bound, of all the replies used, at its `clip-ratio`."""
+
+    clipped: int
+    pulled: int
+    replies: int
+    clip_ratio: float
 
 
 # What fixes a run's protocol, as config.json records it: (key, the paper's value, words)
@@ -125,7 +138,7 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
     folders = seed_folders(out, column, row.run)
     per_client: PerClient = {}
     means, stds, minutes, per_round, rounds, differences = [], [], [], [], set(), []
-    idle, epsilons, seed_means, images = 0, [], {}, {}
+    idle, epsilons, seed_means, images, bounded = 0, [], {}, {}, {}
     for seed, folder in folders.items():
         stored = RunFolder(folder)
         clients = stored.read_clients()
@@ -137,9 +150,10 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
             for c in clients
             if row.metric in c and wire.NUM_EXAMPLES in c  # older records lack it
         })  # fmt: skip
-        summary = stored.read_summary()
+        summary, entries = stored.read_summary(), stored.read_rounds()
         if stored.config.exists():  # a run from a kept model: its model's rounds count too
             config = stored.read_config()
+            bounded[seed] = influence_bound(config, entries)
             budget = int(config.get("num-server-rounds", 0)) + int(summary.get("rounds-before", 0))
             found = protocol_differences({**config, "num-server-rounds": budget}, column)
             differences += [d for d in found if d not in differences]
@@ -150,7 +164,7 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
         per_round.append(summary.get("seconds-per-round", float("nan")))
         rounds.add(int(summary.get("rounds", 0)) + int(summary.get("rounds-before", 0)))
         per_client.update({(seed, pid): v for pid, v in rows.items()})
-        idle += len(idle_rounds(stored))
+        idle += len(idle_rounds(entries))
         if "epsilon" in (privacy := summary.get("privacy", {})):
             epsilons.append(float(privacy["epsilon"]))
     if not means:
@@ -173,16 +187,30 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
         sum(epsilons) / len(epsilons) if epsilons else None,
         seed_means,
         images,
+        bounded,
     )
 
 
-def idle_rounds(run: RunFolder) -> list[int]:
-    """The training rounds of `run` in which replies came and every one failed."""
-    return [
-        r["round"]
-        for r in run.read_rounds()
-        if r.get("replies-dropped") and not r.get("num-clients")
-    ]
+def idle_rounds(entries: list[dict]) -> list[int]:
+    """The training rounds of a run (its `rounds.jsonl` lines) in which replies came and
+    every one failed."""
+    return [r["round"] for r in entries if r.get("replies-dropped") and not r.get("num-clients")]
+
+
+def influence_bound(config: dict, entries: list[dict]) -> Bounded | None:
+    """What the influence bound did over a run (its config.json, `rounds.jsonl` lines); None
+    where it had none: run before the bound existed (no `clip-ratio` recorded), with
+    `clip-ratio` 0, or under DP, whose rounds clip every step to C instead (their
+    `updates-clipped` counts that clip: `strategies.suspects`)."""
+    entries = [r for r in entries if "dp-clipping-norm" not in r]
+    if not (ratio := float(config.get("clip-ratio") or 0.0)) or not entries:
+        return None
+    return Bounded(
+        sum(int(r.get("updates-clipped") or 0) for r in entries),
+        sum(int(r.get("updates-pull-bounded") or 0) for r in entries),
+        sum(int(r.get("num-clients") or 0) for r in entries),
+        ratio,
+    )
 
 
 def _beside(out: Results, home: Path) -> Path | None:

@@ -21,13 +21,16 @@ from .client_size import size_lines
 from .grid import TABLES
 from .marks import (
     BESIDE,
+    BOUNDED,
     IDLE,
     OTHER_PROTOCOL,
     beside_line,
+    bound_lines,
     header,
     idle_lines,
     protocol_lines,
     read_as_lines,
+    scaled,
 )
 from .order import order_lines
 from .paired import paired_gap, per_seed
@@ -80,6 +83,7 @@ def cell_text(table: Table, cells: dict, row: Row, column: str, best: bool) -> s
     text += OTHER_PROTOCOL if cell is not None and cell.differences else ""
     text += BESIDE if cell is not None and cell.source else ""
     text += IDLE if cell is not None and cell.idle_rounds else ""
+    text += BOUNDED if cell is not None and scaled(cell) else ""
     if cell is not None and len(cell.seed_means) > 1:  # the seed-to-seed spread
         text += "<br>seeds: " + ", ".join(f"{m:.2f}" for _, m in sorted(cell.seed_means.items()))
     if paper:
@@ -116,6 +120,8 @@ def markdown(out: Results, table: Table) -> str:
     lines += ["", budget_line(cells, table.kind), *beside_line(cells), *read_as_lines(table, cells)]
     if idle := idle_lines(table, cells):
         lines += ["", *idle]
+    if bound := bound_lines(table, cells):
+        lines += ["", *bound]
     if differing := protocol_lines(cells, columns):
         lines += ["", *differing]
     if table.kind != "runtime":

@@ -166,6 +166,37 @@ def test_a_cell_whose_rounds_had_every_reply_fail_is_marked_with_the_epsilon_spe
     assert "§" not in render.markdown(tmp_path, TABLES["privacy-clip"])
 
 
+def test_a_cell_whose_replies_the_influence_bound_scaled_says_how_many_per_seed(tmp_path):
+    """Seed 0 ran before the bound (no `clip-ratio` in its config), seed 1 at clip-ratio 5
+    with 3 of 60 replies clipped and 1 scaled to the pull bound: the cell gets ¶ and a line
+    with both counts and the seed without it; a bound that scaled nothing, a DP run's clip to
+    C, or no bound at all (`clip-ratio` 0) gets no mark."""
+    config = {"num-server-rounds": 3, "local-epochs": 5, "pool-size": 0}
+    old = _fake_run(tmp_path, "cifar10-dir05", "pfedfda", 0, [0.5, 0.4], rounds=3)
+    old.write_config(config)
+    new = _fake_run(tmp_path, "cifar10-dir05", "pfedfda", 1, [0.6, 0.4], rounds=3)
+    new.write_config({**config, "clip-ratio": 5.0})
+    new.write_rounds([{"round": 1, "num-clients": 30, "updates-clipped": 2},
+                      {"round": 2, "num-clients": 30, "updates-clipped": 1,
+                       "updates-pull-bounded": 1},
+                      {"round": 4, "personalized-accuracy": 50.0}])  # fmt: skip
+    text = render.markdown(tmp_path, TABLES["standard"])
+    marked = next(line for line in text.splitlines() if line.startswith("| pFedFDA |"))
+    assert "¶" in marked
+    assert (
+        "¶ pFedFDA, cifar10-dir05: the influence bound clipped 3 and scaled 1 to the pull "
+        "bound of 60 replies (6.7 %) in seed 1 (clip-ratio 5); seed 0 ran without it."
+    ) in text
+    new.write_rounds([{"round": 1, "num-clients": 30, "updates-clipped": 0}])
+    assert "¶" not in render.markdown(tmp_path, TABLES["standard"])
+    new.write_rounds([{"round": 1, "num-clients": 30, "updates-clipped": 4,
+                       "dp-clipping-norm": 0.01}])  # fmt: skip
+    assert "¶" not in render.markdown(tmp_path, TABLES["standard"])  # DP's clip to C, not it
+    new.write_config({**config, "clip-ratio": 0.0})
+    new.write_rounds([{"round": 1, "num-clients": 30, "updates-clipped": 4}])
+    assert "¶" not in render.markdown(tmp_path, TABLES["standard"])
+
+
 def test_a_run_on_a_subset_of_the_papers_data_is_marked_with_the_counts_the_data_holds(tmp_path):
     """The local EMNIST and TinyImageNet copies hold fewer images than the paper's: a cell
     from one is marked (†, never bold) with the counts, which are the copies' own."""
