@@ -158,7 +158,8 @@ def read_cell(out: Results, column: str, row: Row) -> Cell | None:
             found = protocol_differences({**config, "num-server-rounds": budget}, column)
             differences += [d for d in found if d not in differences]
         mean, std, _ = accuracy_stats([v for v, _ in rows.values()], [w for _, w in rows.values()])
-        means.append(mean), stds.append(std)
+        means.append(mean)
+        stds.append(std)
         seed_means[seed] = mean
         minutes.append(summary.get("seconds-total", float("nan")) / 60)
         per_round.append(summary.get("seconds-per-round", float("nan")))

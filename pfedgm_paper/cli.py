@@ -254,7 +254,8 @@ def _paired(args) -> int:
     if (gap := paired_gap(a, b)) is None:
         raise ValueError(f"{args.run_a} and {args.run_b} share no client: runs of one partition")
     for name, run in (("A", args.run_a), ("B", args.run_b)):
-        mean, std, _ = accuracy_stats(*zip(*rows[run].values(), strict=True))
+        values = list(rows[run].values())
+        mean, std, _ = accuracy_stats([v for v, _ in values], [w for _, w in values])
         print(f"{name}: {mean:.2f} ({std:.1f}) over {len(rows[run])} clients  {run}")
     print(f"A - B per client: {gap.text()} over {gap.pairs} clients")
     return 0

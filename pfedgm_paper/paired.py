@@ -52,4 +52,5 @@ def per_seed(a: PerClient, b: PerClient) -> dict[int, Gap]:
     def only(x: dict, s: int) -> dict:
         return {k: v for k, v in x.items() if k[0] == s}
 
-    return {s: paired_gap(only(a, s), only(b, s)) for s in seeds}
+    gaps = {s: paired_gap(only(a, s), only(b, s)) for s in seeds}
+    return {s: g for s, g in gaps.items() if g is not None}  # each seed shares a pair

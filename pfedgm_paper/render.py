@@ -180,7 +180,7 @@ def paired_lines(
             a, b = cells.get((ours.name, column)), cells.get((row.name, column))
             gap = paired_gap(a.per_client, b.per_client) if a and b else None
             text = "-" if gap is None else gap.text()
-            if gap is not None and gap.seeds > 1:
+            if a and b and gap is not None and gap.seeds > 1:
                 seeds = per_seed(a.per_client, b.per_client)
                 text += "<br>seeds: " + ", ".join(f"{g.gap:+.2f}" for g in seeds.values())
             mine, theirs = _paper(table, ours, column), _paper(table, row, column)
@@ -255,7 +255,9 @@ def csv_text(out: Results, table: Table) -> str:
                 if cell and mine and row.name != ours.name
                 else None
             )
-            found = {"table": table.name, "row": row.name, "label": row.label, "column": column}
+            found: dict[str, object] = {
+                "table": table.name, "row": row.name, "label": row.label, "column": column
+            }  # fmt: skip
             if cell:
                 found.update(
                     seeds=" ".join(map(str, cell.seeds)),

@@ -5,6 +5,8 @@ one its paired differences start from."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pfedgm_app.methods import METHODS
 from pfedgm_app.runconfig.common import AGGREGATIONS
 from pfedgm_app.strategies.robust import FLOWER_ROBUST  # f: byzantine-nodes, default 1
@@ -99,25 +101,25 @@ PHASE2 = tuple(
 # protocol with every server-side defence of `aggregation`, without clipping, with the former
 # clip of 10 and without the pull bound, the default (mean, clip-ratio 5, pull-bound 1) last;
 # run with `--rounds 50` or more.
+_AGGREGATION_VARIANTS: tuple[tuple[str, str, Mapping[str, object]], ...] = (
+    *(
+        (f"val-agg-{a}", a + (", f = 1" if a in FLOWER_ROBUST else ""), {"aggregation": a})
+        for a in AGGREGATIONS
+        if a != "mean"
+    ),
+    # The collusion defence of docs/robustness.md: two colluders tolerated.
+    (
+        "val-agg-multi-krum-f2",
+        "multi-krum, f = 2",
+        {"aggregation": "multi-krum", "byzantine-nodes": 2},
+    ),
+    ("val-clip-off", "mean, no clipping", {"clip-ratio": 0.0}),
+    ("val-clip-10", "mean, clip-ratio 10", {"clip-ratio": 10.0}),
+    ("val-pull-off", "mean, no pull bound", {"pull-bound": 0.0}),
+    ("val-agg-default", "mean, clip-ratio 5, pull-bound 1 (default)", {}),
+)
 AGGREGATION = tuple(
-    variant(name, label, **VALIDATION, **keys)
-    for name, label, keys in (
-        *(
-            (f"val-agg-{a}", a + (", f = 1" if a in FLOWER_ROBUST else ""), {"aggregation": a})
-            for a in AGGREGATIONS
-            if a != "mean"
-        ),
-        # The collusion defence of docs/robustness.md: two colluders tolerated.
-        (
-            "val-agg-multi-krum-f2",
-            "multi-krum, f = 2",
-            {"aggregation": "multi-krum", "byzantine-nodes": 2},
-        ),
-        ("val-clip-off", "mean, no clipping", {"clip-ratio": 0.0}),
-        ("val-clip-10", "mean, clip-ratio 10", {"clip-ratio": 10.0}),
-        ("val-pull-off", "mean, no pull bound", {"pull-bound": 0.0}),
-        ("val-agg-default", "mean, clip-ratio 5, pull-bound 1 (default)", {}),
-    )
+    variant(name, label, **VALIDATION, **keys) for name, label, keys in _AGGREGATION_VARIANTS
 )
 
 # The influence bound's c (`clip-ratio`; docs/robustness.md): every reply's step at most c

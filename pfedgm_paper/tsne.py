@@ -64,11 +64,14 @@ def representations(
     if split not in ("train", "test"):
         raise ConfigError(f"split must be 'train' or 'test', got {split!r}")
     cfg, settings, protocol = _run(run_dir)
-    zs, ys, cs = [], [], []
+    zs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    cs: list[np.ndarray] = []
     for c in clients:
         data = load_client_data(protocol, c)
         if not zs:  # the model as the run's clients build it, from their images and classes
-            shape = tuple(data.x_train.shape[1:])
+            channels, height, width = data.x_train.shape[1:]
+            shape = (int(channels), int(height), int(width))
             model = get_method(cfg.method).plugin(settings).build_model(shape, data.num_classes)
             folder = RunFolder(Path(run_dir))
             try:  # safetensors: tensors only; torch's messages run to many lines
