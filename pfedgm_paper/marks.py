@@ -1,18 +1,19 @@
 """The lines under a rendered table that qualify its cells: the marks a cell may carry
 (another protocol than the paper's †, read from a `--beside` folder ‡, rounds in which every
 reply failed §, replies the influence bound scaled ¶) and the rows read from another row's
-runs; and the Markdown head every
-table under a rendered one shares."""
+runs; and the Markdown head every table under a rendered one shares."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from .cells import Cell
-from .rows import Table
+from .rows import Row, Table
 
 OTHER_PROTOCOL = " †"  # the cell's runs depart from the paper's protocol (`protocol_lines`)
 BESIDE = " ‡"  # the cell was read from a `--beside` folder (`beside_line`)
 IDLE = " §"  # in some rounds every reply failed: no client trained (`idle_lines`)
-BOUNDED = " ¶"  # the influence bound scaled some honest replies (`bound_lines`)
+BOUNDED = " ¶"  # the influence bound scaled some replies (`bound_lines`)
 
 
 def header(columns: tuple[str, ...]) -> list[str]:
@@ -20,19 +21,26 @@ def header(columns: tuple[str, ...]) -> list[str]:
     return ["| | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
 
 
+def by_row(table: Table, cells: dict[tuple[str, str], Cell]) -> Iterator[tuple[Row, str, Cell]]:
+    """(row, column, cell) of each cell, in the table's row order: the order of the lines."""
+    for row in table.rows:
+        for (name, column), cell in cells.items():
+            if name == row.name:
+                yield row, column, cell
+
+
 def idle_lines(table: Table, cells: dict[tuple[str, str], Cell]) -> list[str]:
     """One line per cell whose runs had rounds in which every reply failed: how many, and a
     DP run's epsilon spent (below its target where rounds released nothing)."""
     lines = []
-    for row in table.rows:
-        for (name, column), cell in cells.items():
-            if name != row.name or not cell.idle_rounds:
-                continue
-            spent = f", epsilon {cell.epsilon:.2f} spent" if cell.epsilon is not None else ""
-            lines.append(
-                f"{IDLE.strip()} {row.label}, {column}: every reply failed in {cell.idle_rounds} "
-                f"of {cell.rounds * len(cell.seeds)} rounds, no client's step in the model{spent}."
-            )
+    for row, column, cell in by_row(table, cells):
+        if not cell.idle_rounds:
+            continue
+        spent = f", epsilon {cell.epsilon:.2f} spent" if cell.epsilon is not None else ""
+        lines.append(
+            f"{IDLE.strip()} {row.label}, {column}: every reply failed in {cell.idle_rounds} "
+            f"of {cell.rounds * len(cell.seeds)} rounds, no client's step in the model{spent}."
+        )
     return lines
 
 
@@ -46,28 +54,27 @@ def bound_lines(table: Table, cells: dict[tuple[str, str], Cell]) -> list[str]:
     its replies each seed's bound clipped (and scaled to the pull bound), and which seeds ran
     without a bound; its figures are then not plain averaging's."""
     lines = []
-    for row in table.rows:
-        for (name, column), cell in cells.items():
-            if name != row.name or not scaled(cell):
+    for row, column, cell in by_row(table, cells):
+        if not scaled(cell):
+            continue
+        parts, without = [], []
+        for seed, b in sorted(cell.bounded.items()):
+            if b is None:
+                without.append(str(seed))
                 continue
-            parts, without = [], []
-            for seed, b in sorted(cell.bounded.items()):
-                if b is None:
-                    without.append(str(seed))
-                    continue
-                pulled = f" and scaled {b.pulled:,} to the pull bound" if b.pulled else ""
-                parts.append(
-                    f"clipped {b.clipped:,}{pulled} of {b.replies:,} replies "
-                    f"({100 * (b.clipped + b.pulled) / max(b.replies, 1):.1f} %) in seed {seed} "
-                    f"(clip-ratio {b.clip_ratio:g})"
-                )
-            tail = f"; seed {', '.join(without)} ran without it" if without else ""
-            lines.append(
-                f"{BOUNDED.strip()} {row.label}, {column}: the influence bound "
-                + "; ".join(parts)
-                + tail
-                + "."
+            pulled = f" and scaled {b.pulled:,} to the pull bound" if b.pulled else ""
+            parts.append(
+                f"clipped {b.clipped:,}{pulled} of {b.replies:,} replies "
+                f"({100 * (b.clipped + b.pulled) / max(b.replies, 1):.1f} %) in seed {seed} "
+                f"(clip-ratio {b.clip_ratio:g})"
             )
+        tail = f"; seed {', '.join(without)} ran without it" if without else ""
+        lines.append(
+            f"{BOUNDED.strip()} {row.label}, {column}: the influence bound "
+            + "; ".join(parts)
+            + tail
+            + "."
+        )
     return lines
 
 
