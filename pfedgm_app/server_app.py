@@ -55,9 +55,13 @@ def main(grid: Grid, context: Context) -> None:
     writer = None
     try:  # every check before round 1: a bad run-config or federation ends the run here
         cfg, method, settings = parse_run_config(context.run_config)
-        cfg = dataclasses.replace(cfg, dataset=resolve_dataset(cfg.dataset))
-        initial = initial_model.read(cfg) if cfg.initial_model else None  # before any message
+        # the dataset's path and the window (auto: by where the ServerApp runs) as resolved,
+        # so that config.json says what ran
         window = messages_in_flight(cfg.messages_in_flight)
+        cfg = dataclasses.replace(
+            cfg, dataset=resolve_dataset(cfg.dataset), messages_in_flight=window
+        )
+        initial = initial_model.read(cfg) if cfg.initial_model else None  # before any message
         grid = WindowedGrid(grid, window, straggler_wait=cfg.straggler_wait)  # every exchange
         if grid.window:
             log(INFO, "pFedGM app: at most %d messages in flight (messages-in-flight)", grid.window)

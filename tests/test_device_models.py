@@ -46,7 +46,9 @@ def test_every_client_keeps_its_model_which_gives_its_accuracy_and_predicts(
     run = run_app(cfg, 2, flower_env, timeout=600)
     assert run.ok, run.log[-3000:]
     # `messages-in-flight` auto: in the simulation process, a window of twice the cores
-    assert f"at most {2 * len(os.sched_getaffinity(0))} messages in flight" in run.log
+    assert RunFolder(trained).read_config()["messages-in-flight"] == 2 * len(
+        os.sched_getaffinity(0)
+    )
     reported = {int(r["partition-id"]): r["accuracy"] for r in RunFolder(trained).read_clients()}
     protocol = Protocol.of(parse_run_config(cfg)[0], 2)
     for pid, acc in reported.items():
