@@ -62,12 +62,13 @@ def bound_lines(table: Table, cells: dict[tuple[str, str], Cell]) -> list[str]:
             if b is None:
                 without.append(str(seed))
                 continue
-            pulled = f" and scaled {b.pulled:,} to the pull bound" if b.pulled else ""
-            parts.append(
-                f"clipped {b.clipped:,}{pulled} of {b.replies:,} replies "
-                f"({100 * (b.clipped + b.pulled) / max(b.replies, 1):.1f} %) in seed {seed} "
-                f"(clip-ratio {b.clip_ratio:g})"
-            )
+            if n := b.clipped + b.pulled:
+                pulled = f" and scaled {b.pulled:,} to the pull bound" if b.pulled else ""
+                done = f"clipped {b.clipped:,}{pulled} of {b.replies:,} replies "
+                done += f"({100 * n / max(b.replies, 1):.1f} %)"
+            else:
+                done = f"scaled none of {b.replies:,} replies"
+            parts.append(f"{done} in seed {seed} (clip-ratio {b.clip_ratio:g})")
         tail = f"; seed {', '.join(without)} ran without it" if without else ""
         lines.append(
             f"{BOUNDED.strip()} {row.label}, {column}: the influence bound "

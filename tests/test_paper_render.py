@@ -187,6 +187,13 @@ def test_a_cell_whose_replies_the_influence_bound_scaled_says_how_many_per_seed(
         "¶ pFedFDA, cifar10-dir05: the influence bound clipped 3 and scaled 1 to the pull "
         "bound of 60 replies (6.7 %) in seed 1 (clip-ratio 5); seed 0 ran without it."
     ) in text
+    old.write_config({**config, "clip-ratio": 5.0})
+    old.write_rounds([{"round": 1, "num-clients": 30, "updates-clipped": 0}])
+    assert (  # a seed whose bound scaled nothing says so, without a share
+        "¶ pFedFDA, cifar10-dir05: the influence bound scaled none of 30 replies in seed 0 "
+        "(clip-ratio 5); clipped 3 and scaled 1 to the pull bound of 60 replies (6.7 %) in "
+        "seed 1 (clip-ratio 5)."
+    ) in render.markdown(tmp_path, TABLES["standard"])
     new.write_rounds([{"round": 1, "num-clients": 30, "updates-clipped": 0}])
     assert "¶" not in render.markdown(tmp_path, TABLES["standard"])
     new.write_rounds([{"round": 1, "num-clients": 30, "updates-clipped": 4,
