@@ -54,6 +54,11 @@ class Bounded:
     replies: int
     clip_ratio: float
 
+    @property
+    def scaled(self) -> int:
+        """The replies it scaled, by either bound."""
+        return self.clipped + self.pulled
+
 
 # What fixes a run's protocol, as config.json records it: (key, the paper's value, words)
 PROTOCOL = (

@@ -46,7 +46,7 @@ def idle_lines(table: Table, cells: dict[tuple[str, str], Cell]) -> list[str]:
 
 def scaled(cell: Cell) -> bool:
     """Whether the influence bound scaled any reply of the cell's runs."""
-    return any(b is not None and b.clipped + b.pulled for b in cell.bounded.values())
+    return any(b is not None and b.scaled for b in cell.bounded.values())
 
 
 def bound_lines(table: Table, cells: dict[tuple[str, str], Cell]) -> list[str]:
@@ -62,10 +62,10 @@ def bound_lines(table: Table, cells: dict[tuple[str, str], Cell]) -> list[str]:
             if b is None:
                 without.append(str(seed))
                 continue
-            if n := b.clipped + b.pulled:
+            if b.scaled:
                 pulled = f" and scaled {b.pulled:,} to the pull bound" if b.pulled else ""
                 done = f"clipped {b.clipped:,}{pulled} of {b.replies:,} replies "
-                done += f"({100 * n / max(b.replies, 1):.1f} %)"
+                done += f"({100 * b.scaled / max(b.replies, 1):.1f} %)"
             else:
                 done = f"scaled none of {b.replies:,} replies"
             parts.append(f"{done} in seed {seed} (clip-ratio {b.clip_ratio:g})")
