@@ -69,10 +69,12 @@ PROTOCOL = (
 
 # The local copies holding fewer images than the paper's data (../shared/data/README.md;
 # tests/test_paper_render.py counts them): a run on one is another experiment, marked as such.
-# dataset: (images a run trains on here, in the paper's data, what they are)
+# dataset: (images pooled here, in the paper's data, what they are); a run pools every split
+# and partitions the pool, so both counts are pooled: the paper's are its own (EMNIST 814,255,
+# TinyImageNet 120,000), the local TinyImageNet pools 20,000 training and 10,000 val images.
 SUBSET_IMAGES = {
-    "shared:emnist": (116_323, 814_255, "EMNIST's {} images (paper {})"),  # train and test
-    "shared:tinyimagenet": (20_000, 100_000, "{} TinyImageNet training images (paper {})"),
+    "shared:emnist": (116_323, 814_255, "EMNIST's {} images (paper {})"),
+    "shared:tinyimagenet": (30_000, 120_000, "TinyImageNet's {} images (paper {})"),
 }
 SUBSETS = {
     dataset: words.format(f"{ours:,}", f"{paper:,}")

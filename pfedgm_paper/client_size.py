@@ -2,7 +2,7 @@
 subset of the paper's.
 
 The local EMNIST copy gives a client about 116 images where the paper's data gives about 814
-(TinyImageNet: 200 where 1,000): a method that needs many images of its own loses more on the
+(TinyImageNet: 300 where 1,200): a method that needs many images of its own loses more on the
 subset. A column's clients already differ in size (a Dirichlet partition draws how much of each
 class a client holds), so its runs tell how each method's accuracy grows with a client's images:
 per method, the test-size-weighted mean accuracy of the clients in each quartile of training
