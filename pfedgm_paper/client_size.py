@@ -10,7 +10,8 @@ images (the column's quartiles: one seed partitions the clients alike for every 
 the weighted least-squares slope of accuracy on log2(images), in points a doubling. Across
 clients size goes with the label mix, so this is an association, not an experiment; the slope
 times log2 of the paper's images over ours reads what the subset costs a method only where
-the trend held beyond our largest clients.
+the trend held beyond our largest clients. Under each column's table, what a client holds
+there and at the paper's size (`holdings`): the counts that make a client's own images few.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import math
 from statistics import quantiles
 
 from .cells import SUBSET_IMAGES, SUBSETS, Cell
+from .holdings import holding_lines
 from .marks import header
 from .rows import Table
 
@@ -112,5 +114,5 @@ def size_lines(table: Table, cells: dict, columns: tuple[str, ...]) -> list[str]
             texts = [f"{means[q]:.2f}" if q in means else "-" for q in spans]
             texts.append("-" if fit is None else f"{fit[0]:+.2f} (se {fit[1]:.2f})")
             lines.append(f"| {label} | " + " | ".join(texts) + " |")
-        lines.append("")
+        lines += ["", *holding_lines(column, dataset), ""]
     return lines[:-1]

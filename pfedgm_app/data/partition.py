@@ -112,9 +112,26 @@ def client_split(protocol: Protocol, partition_id: int) -> tuple[np.ndarray, np.
     and a client's split alone (loading one client costs the same with 100 or 1000 clients).
     With `validation_fraction`, test is the validation split (`hold_out_validation`)."""
     idx = _partition(protocol)[partition_id]
-    seed = split_seed(protocol.seed, partition_id)
-    train, test = split_train_test(idx, protocol.test_fraction, seed)
-    return hold_out_validation(train, test, protocol.validation_fraction, seed)
+    train, test = client_train_test(idx, protocol, partition_id)
+    return hold_out_validation(
+        train, test, protocol.validation_fraction, split_seed(protocol.seed, partition_id)
+    )
+
+
+def label_partition(labels: np.ndarray, protocol: Protocol) -> list[np.ndarray]:
+    """Index lists into `labels` of every client of `protocol`: its Dirichlet partition, with
+    the smallest client large enough for `min_train` training samples."""
+    min_size = min_partition_size(protocol.min_train, protocol.test_fraction)
+    return dirichlet_partition(
+        labels, protocol.num_partitions, protocol.alpha, min_size, protocol.seed
+    )
+
+
+def client_train_test(
+    idx: np.ndarray, protocol: Protocol, partition_id: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) of client `partition_id`'s partition `idx`: the seeded 80/20 split."""
+    return split_train_test(idx, protocol.test_fraction, split_seed(protocol.seed, partition_id))
 
 
 def split_seed(seed: int, client_id: int) -> int:
@@ -146,9 +163,6 @@ def _partition(protocol: Protocol) -> list[np.ndarray]:
                 f"dataset {pool.source!r} holds {present} class(es) to partition: a classifier "
                 "needs at least 2; give a dataset with 2 or more"
             )
-        min_size = min_partition_size(protocol.min_train, protocol.test_fraction)
-        parts = dirichlet_partition(
-            pool.labels[subset], protocol.num_partitions, protocol.alpha, min_size, protocol.seed
-        )
+        parts = label_partition(pool.labels[subset], protocol)
         _PARTITIONS[key] = [subset[idx] for idx in parts]
     return _PARTITIONS[key]
