@@ -12,7 +12,10 @@ combination with its next message.
 Reference: JianXu95/FedPAC, `methods/fedpac.py: LocalUpdate_FedPAC` (`statistics_extraction`,
 `local_training`) and `running.py: train_round_fedpac` with `tools.py: get_head_agg_weight`
 (the server's combination); these are its settings. Departure: the authors use lr 0.02 for the
-generator on CIFAR; the paper's protocol fixes 0.01 for every method, kept here.
+generator on CIFAR; the paper's protocol fixes 0.01 for every method, kept here. On TinyImageNet
+the paper reports the better of FedPAC on z before and after the dropout that precedes the head,
+chosen on the test clients; here the alignment and the prototypes read z before it, as pFedGM's
+R_c does (`learning.models.TinyImageNetCNN`).
 """
 
 from __future__ import annotations
