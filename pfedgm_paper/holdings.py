@@ -53,9 +53,10 @@ def holding(labels: np.ndarray, protocol: Protocol) -> Holding:
     """What `protocol`'s clients hold when it partitions a pool of `labels`."""
     sizes, classes, per_class = [], [], []
     tests, unseen, thin = 0, 0, 0
+    num_classes = int(labels.max()) + 1
     for pid, idx in enumerate(label_partition(labels, protocol)):
         train, test = client_train_test(idx, protocol, pid)
-        held = np.bincount(labels[train], minlength=int(labels.max()) + 1)
+        held = np.bincount(labels[train], minlength=num_classes)
         sizes.append(len(train))
         classes.append(int((held > 0).sum()))
         per_class.append(float(np.median(held[held > 0])))
